@@ -1,0 +1,113 @@
+/* free.c: the free paths.
+ *   owner thread:  push onto page->local_free, no atomic (fast path, sm_free);
+ *   other thread:  one CAS onto page->thread_free; if the page is full and asked to be told
+ *                  (delay state USE), the block goes onto the owner heap's delayed list instead,
+ *                  once per full page, so the owner can take the page out of its full queue;
+ *   huge blocks:   unmapped by whichever thread frees them;
+ *   aligned:       pages that handed out interior pointers map them back to the block start.
+ * In secure and debug builds every pointer is validated first (see free_check). */
+#include "internal.h"
+
+void smi_free_block_local(sm_page_t *page, sm_block_t *block) {
+  smi_block_set_next(page, block, page->local_free);
+  page->local_free = block;
+  if (sm_unlikely(--page->used == 0)) smi_page_retire(page);
+  else if (sm_unlikely(page->flags.x.in_full)) smi_page_unfull(page);
+}
+
+static void free_remote(sm_page_t *page, sm_block_t *block) {
+  uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed), nf;
+  bool notify;
+  do {
+    notify = smi_tf_delay(tf) == SM_DELAY_USE;
+    if (notify) {
+      nf = smi_tf_make(smi_tf_block(tf), SM_DELAY_FREEING);
+    } else {
+      smi_block_set_next(page, block, smi_tf_block(tf));
+      nf = smi_tf_make(block, smi_tf_delay(tf));
+    }
+  } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, nf, memory_order_acq_rel,
+                                                  memory_order_relaxed));
+  if (sm_likely(!notify)) return;
+
+  /* FREEING keeps the owner from detaching the heap until we are done with it */
+  sm_heap_t *heap = smi_page_heap(page);
+  bool pushed = false;
+  if (heap != NULL) {
+    sm_block_t *head = atomic_load_explicit(&heap->thread_delayed_free, memory_order_relaxed);
+    do {
+      smi_block_set_next(page, block, head);
+    } while (!atomic_compare_exchange_weak_explicit(&heap->thread_delayed_free, &head, block, memory_order_release,
+                                                    memory_order_relaxed));
+    pushed = true;
+  }
+  /* back to NONE: later remote frees go to the page's own list (or the block, if not pushed) */
+  tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+  do {
+    if (!pushed) {
+      smi_block_set_next(page, block, smi_tf_block(tf));
+      nf = smi_tf_make(block, SM_DELAY_NONE);
+    } else {
+      nf = smi_tf_make(smi_tf_block(tf), SM_DELAY_NONE);
+    }
+  } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, nf, memory_order_acq_rel,
+                                                  memory_order_relaxed));
+}
+
+/* the block that an interior (aligned) pointer lies in */
+static sm_block_t *page_block_of(const sm_page_t *page, const void *p) {
+  size_t offset = (size_t)((const uint8_t *)p - page->start);
+  return (sm_block_t *)((uintptr_t)p - offset % page->block_size);
+}
+
+#if SM_CHECK_FREES
+/* Is p a block (or aligned pointer into a block) that shardmalloc handed out and that is not free?
+ * Reports and returns false for foreign, interior, and already-freed pointers. */
+static bool free_check(const void *p, sm_segment_t **segment_out, sm_page_t **page_out) {
+  sm_segment_t *segment = smi_ptr_segment(p);
+  if (sm_unlikely(!smi_segment_is_registered(segment) || segment->cookie != ((uintptr_t)segment ^ smi_process_secret))) {
+    smi_error(EINVAL, "free of a pointer that was not allocated by shardmalloc: %p", p);
+    return false;
+  }
+  sm_page_t *page = smi_segment_page_of(segment, p);
+  if (sm_unlikely(!page->in_use || (const uint8_t *)p < page->start ||
+                  (const uint8_t *)p >= page->start + (size_t)page->capacity * page->block_size)) {
+    smi_error(EINVAL, "free of an invalid pointer %p (not in a live block)", p);
+    return false;
+  }
+  *segment_out = segment;
+  *page_out = page;
+  return true;
+}
+#endif
+
+void smi_free_generic(sm_segment_t *segment, sm_page_t *page, void *p) {
+  if (segment->kind == SM_SEGMENT_HUGE) {
+    smi_huge_free(segment);
+    return;
+  }
+  sm_block_t *block = sm_unlikely(page->flags.x.has_aligned) ? page_block_of(page, p) : (sm_block_t *)p;
+  if (atomic_load_explicit(&segment->thread_id, memory_order_relaxed) == smi_tls_tid) smi_free_block_local(page, block);
+  else free_remote(page, block);
+}
+
+void sm_free(void *p) {
+  if (sm_unlikely(p == NULL)) return;
+  sm_segment_t *segment;
+  sm_page_t *page;
+#if SM_CHECK_FREES
+  if (!free_check(p, &segment, &page)) return;
+#else
+  segment = smi_ptr_segment(p);
+  page = smi_segment_page_of(segment, p);
+#endif
+  if (sm_likely(atomic_load_explicit(&segment->thread_id, memory_order_relaxed) == smi_tls_tid &&
+                page->flags.all == 0)) {
+    sm_block_t *block = (sm_block_t *)p;
+    smi_block_set_next(page, block, page->local_free);
+    page->local_free = block;
+    if (sm_unlikely(--page->used == 0)) smi_page_retire(page);
+    return;
+  }
+  smi_free_generic(segment, page, p);
+}

@@ -1,0 +1,92 @@
+/* heap.c: per-thread heaps. A heap owns page queues (one per bin plus the full queue), the direct
+ * table for small sizes, and the delayed-free list through which other threads hand back blocks
+ * of full pages. Only the owning thread touches a heap, except thread_delayed_free (atomic push).
+ * Called from the generic malloc path (page.c), sm_collect, and thread exit (init.c). */
+#include "internal.h"
+
+void smi_heap_init(sm_heap_t *heap, sm_tld_t *tld, uintptr_t thread_id) {
+  memset(heap, 0, sizeof *heap);
+  for (size_t i = 0; i < SM_DIRECT_COUNT; i++) heap->pages_direct[i] = &smi_page_empty;
+  for (size_t bin = 0; bin < SM_BIN_COUNT; bin++) heap->pages[bin].block_size = smi_bin_size(bin);
+  heap->thread_id = thread_id;
+  heap->tld = tld;
+  heap->retired_min = SM_BIN_COUNT; /* empty range */
+  heap->retired_max = 0;
+  smi_os_random_bytes(&heap->random, sizeof heap->random);
+}
+
+/* Blocks that other threads freed into our full pages. Each is freed as the owner would, which
+ * moves its page out of the full queue. */
+void smi_heap_delayed_free(sm_heap_t *heap) {
+  sm_block_t *block = atomic_exchange_explicit(&heap->thread_delayed_free, NULL, memory_order_acquire);
+  while (block != NULL) {
+    sm_segment_t *segment = smi_ptr_segment(block);
+    sm_page_t *page = smi_segment_page_of(segment, block);
+    sm_block_t *next = smi_block_next(page, block);
+    smi_page_collect(page); /* keep `used` exact so an emptied page is noticed */
+    smi_free_block_local(page, block);
+    block = next;
+  }
+}
+
+/* Empty pages kept by smi_page_retire go back once their ticks run out (or at once with force). */
+void smi_heap_retired_collect(sm_heap_t *heap, bool force) {
+  size_t min = SM_BIN_COUNT, max = 0;
+  for (size_t bin = heap->retired_min; bin <= heap->retired_max; bin++) {
+    sm_page_t *page = heap->pages[bin].first;
+    if (page == NULL || page->retire_ticks == 0) continue;
+    if (page->used != 0) {
+      page->retire_ticks = 0;
+    } else if (force || --page->retire_ticks == 0) {
+      smi_page_free_empty(heap, page);
+    } else {
+      if (bin < min) min = bin;
+      if (bin > max) max = bin;
+    }
+  }
+  heap->retired_min = min;
+  heap->retired_max = max;
+}
+
+/* Collect every page; empty ones go back to their segments. */
+void smi_heap_collect(sm_heap_t *heap, bool force) {
+  smi_heap_delayed_free(heap);
+  smi_heap_retired_collect(heap, true);
+  for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) {
+    sm_page_t *page = heap->pages[bin].first;
+    while (page != NULL) {
+      sm_page_t *next = page->next;
+      smi_page_collect(page);
+      if (page->used == 0) smi_page_free_empty(heap, page);
+      else if (page->flags.x.in_full && page->free != NULL) smi_page_unfull(page);
+      page = next;
+    }
+  }
+  if (force) {
+    while (smi_segments_reclaim_abandoned(heap, 64)) {
+      smi_heap_collect(heap, false);
+    }
+  }
+  smi_segments_purge_expired(heap->tld, true);
+  smi_segment_cache_flush(heap->tld);
+}
+
+/* Thread exit: detach every page from the heap so that later frees go to the pages themselves,
+ * then abandon the segments still holding live blocks. */
+void smi_heap_abandon(sm_heap_t *heap) {
+  smi_heap_delayed_free(heap);
+  for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) {
+    for (sm_page_t *page = heap->pages[bin].first; page != NULL; page = page->next) {
+      smi_page_set_delay(page, SM_DELAY_NEVER, false);
+    }
+  }
+  /* no remote thread can push onto our delayed list any more: drain what arrived meanwhile */
+  smi_heap_delayed_free(heap);
+  smi_heap_collect(heap, false);
+  for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) {
+    for (sm_page_t *page = heap->pages[bin].first; page != NULL; page = page->next) {
+      atomic_store_explicit(&page->heap, NULL, memory_order_release);
+    }
+  }
+  smi_segments_abandon(heap);
+}

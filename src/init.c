@@ -1,0 +1,140 @@
+/* init.c: process and thread lifecycle.
+ *
+ * Every thread starts with smi_tls_heap == &smi_heap_empty, whose direct table points at an empty
+ * page, so its first malloc falls into the generic path, which calls smi_thread_init. That makes
+ * the very first malloc of the process (from the dynamic loader or libc start-up, before any
+ * constructor) work: the first thread uses a static heap and nothing here allocates before the
+ * thread's heap is in place. A pthread key's destructor abandons the heap when the thread ends.
+ * TLS is initial-exec (no __tls_get_addr, which could itself call malloc). */
+#include "internal.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+SM_TLS sm_heap_t *smi_tls_heap = &smi_heap_empty;
+SM_TLS uintptr_t smi_tls_tid = 1;
+
+sm_page_t smi_page_empty;
+sm_heap_t smi_heap_empty = {
+    .pages_direct = {[0 ... SM_DIRECT_COUNT - 1] = &smi_page_empty},
+    .thread_id = 1,
+    .retired_min = SM_BIN_COUNT,
+};
+uintptr_t smi_process_secret;
+
+static sm_thread_data_t thread_data_main; /* the first thread's heap: no allocation needed */
+static _Atomic(bool) thread_data_main_taken;
+static _Atomic(uintptr_t) next_thread_id = 2;
+static pthread_key_t thread_key;
+
+/* ---- process ---- */
+
+enum { PROCESS_NONE, PROCESS_STARTING, PROCESS_READY };
+static _Atomic(int) process_state;
+static _Atomic(int) process_late_state;
+
+/* Everything that must be in place before any heap exists; allocates nothing. */
+void smi_process_init(void) {
+  int state = atomic_load_explicit(&process_state, memory_order_acquire);
+  if (sm_likely(state == PROCESS_READY)) return;
+  if (state == PROCESS_NONE &&
+      atomic_compare_exchange_strong_explicit(&process_state, &state, PROCESS_STARTING, memory_order_acq_rel,
+                                              memory_order_acquire)) {
+    smi_os_init();
+    smi_os_random_bytes(&smi_process_secret, sizeof smi_process_secret);
+    smi_process_secret |= 1;
+    smi_options_init();
+#if SM_DEBUG
+    smi_sizeclass_check();
+#endif
+    atomic_store_explicit(&process_state, PROCESS_READY, memory_order_release);
+    return;
+  }
+  while (atomic_load_explicit(&process_state, memory_order_acquire) != PROCESS_READY) sched_yield();
+}
+
+static void thread_done(void *value);
+
+static void fork_child(void) { smi_abandoned_lock_reset(); }
+
+/* Registration that may itself call malloc (pthread_atfork allocates): done once a heap exists. */
+static void process_init_late(void) {
+  int state = PROCESS_NONE;
+  if (atomic_compare_exchange_strong(&process_late_state, &state, PROCESS_STARTING)) {
+    pthread_key_create(&thread_key, thread_done);
+    pthread_atfork(NULL, NULL, fork_child);
+    atomic_store_explicit(&process_late_state, PROCESS_READY, memory_order_release);
+    return;
+  }
+  /* another thread is registering: the key must exist before we use it */
+  while (atomic_load_explicit(&process_late_state, memory_order_acquire) != PROCESS_READY) sched_yield();
+}
+
+__attribute__((constructor)) static void process_constructor(void) {
+  if (smi_tls_heap == &smi_heap_empty) smi_thread_init();
+}
+
+/* ---- thread data: heap + tld, from a small pool ---- */
+
+static _Atomic(bool) pool_lock;
+static sm_heap_t *pool_first; /* guarded by pool_lock; heaps linked through pool_next */
+
+static void pool_acquire(void) {
+  for (unsigned spins = 0; atomic_exchange_explicit(&pool_lock, true, memory_order_acquire); spins++) {
+    if (spins > 64) sched_yield();
+  }
+}
+static void pool_release(void) { atomic_store_explicit(&pool_lock, false, memory_order_release); }
+
+static sm_thread_data_t *thread_data_alloc(void) {
+  bool expected = false;
+  if (atomic_compare_exchange_strong(&thread_data_main_taken, &expected, true)) return &thread_data_main;
+  pool_acquire();
+  sm_heap_t *heap = pool_first;
+  if (heap != NULL) pool_first = heap->pool_next;
+  pool_release();
+  if (heap != NULL) return (sm_thread_data_t *)heap;
+  return smi_os_alloc_aligned(smi_align_up(sizeof(sm_thread_data_t), SM_OS_PAGE_SIZE), SM_OS_PAGE_SIZE, 0);
+}
+
+/* kept for the next thread rather than unmapped: thread churn stays cheap */
+static void thread_data_free(sm_thread_data_t *td) {
+  if (td == &thread_data_main) {
+    atomic_store(&thread_data_main_taken, false);
+    return;
+  }
+  pool_acquire();
+  td->heap.pool_next = pool_first;
+  pool_first = &td->heap;
+  pool_release();
+}
+
+_Static_assert(offsetof(sm_thread_data_t, heap) == 0, "pool links thread data through its heap");
+
+/* ---- threads ---- */
+
+sm_heap_t *smi_thread_init(void) {
+  if (smi_tls_heap != &smi_heap_empty) return smi_tls_heap;
+  smi_process_init();
+  sm_thread_data_t *td = thread_data_alloc();
+  if (td == NULL) return NULL;
+  memset(&td->tld, 0, sizeof td->tld);
+  uintptr_t tid = atomic_fetch_add_explicit(&next_thread_id, 1, memory_order_relaxed);
+  smi_heap_init(&td->heap, &td->tld, tid);
+  smi_tls_heap = &td->heap;
+  smi_tls_tid = tid;
+  /* from here on this thread can allocate, so the calls below may re-enter malloc */
+  process_init_late();
+  pthread_setspecific(thread_key, td);
+  return &td->heap;
+}
+
+/* pthread key destructor: the thread is ending */
+static void thread_done(void *value) {
+  sm_thread_data_t *td = value;
+  if (td == NULL || smi_tls_heap != &td->heap) return;
+  smi_heap_abandon(&td->heap);
+  smi_tls_heap = &smi_heap_empty;
+  smi_tls_tid = 1;
+  thread_data_free(td);
+}

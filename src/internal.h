@@ -1,0 +1,184 @@
+/* internal.h: cross-file prototypes (grouped by owning file) and the small inline helpers used on
+ * the fast paths. Every .c file of the library includes this; src/unity.c includes every .c once,
+ * so the whole library is one translation unit and the compiler inlines across files. */
+#ifndef SM_INTERNAL_H
+#define SM_INTERNAL_H
+
+#include "shardmalloc.h"
+#include "types.h"
+#include "os.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define sm_likely(x) __builtin_expect(!!(x), 1)
+#define sm_unlikely(x) __builtin_expect(!!(x), 0)
+#define sm_noinline __attribute__((noinline))
+#define sm_decl_hidden __attribute__((visibility("hidden")))
+
+#if SM_TLS_LOCAL_DYNAMIC
+#define SM_TLS __thread __attribute__((tls_model("local-dynamic")))
+#else
+#define SM_TLS __thread __attribute__((tls_model("initial-exec")))
+#endif
+
+#if SM_DEBUG
+void smi_assert_fail(const char *expr, const char *file, int line);
+#define sm_assert(x) ((x) ? (void)0 : smi_assert_fail(#x, __FILE__, __LINE__))
+#else
+#define sm_assert(x) ((void)0)
+#endif
+
+/* ---- init.c: process and thread lifecycle ---- */
+extern SM_TLS sm_heap_t *smi_tls_heap;  /* this thread's heap, or &smi_heap_empty before init */
+extern SM_TLS uintptr_t smi_tls_tid;    /* this thread's id (1 before init; ids start at 2) */
+extern sm_heap_t smi_heap_empty;        /* an all-empty heap: every lookup misses into the slow path */
+extern sm_page_t smi_page_empty;
+extern uintptr_t smi_process_secret;
+sm_heap_t *smi_thread_init(void);       /* returns the new heap, or NULL when out of memory */
+void smi_process_init(void);
+
+/* ---- options.c ---- */
+typedef enum {
+  SM_OPT_VERBOSE,
+  SM_OPT_SHOW_ERRORS,
+  SM_OPT_PURGE_DELAY,     /* ms before an unused page is given back; 0 = at once, -1 = never */
+  SM_OPT_PURGE_DECOMMITS, /* 1: MADV_DONTNEED (RSS drops at once), 0: MADV_FREE (lazy) */
+  SM_OPT_SEGMENT_CACHE,   /* whole segments a thread may keep for reuse */
+  SM_OPT_COUNT
+} smi_option_t;
+long smi_option(smi_option_t opt);
+void smi_options_init(void);
+void smi_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void smi_warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void smi_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- sizeclass.c ---- */
+extern const uint32_t smi_bin_sizes[SM_BIN_COUNT];
+
+static inline size_t smi_bin_of(size_t size) {
+  if (size <= 8) return 0;
+  if (size <= 128) return (size + 15) >> 4; /* 16->1, 32->2, ..., 128->8 */
+  size_t s = size - 1;
+  size_t b = 63 - (size_t)__builtin_clzl(s); /* floor(log2(size-1)) >= 7 */
+  return 9 + (b - 7) * 8 + ((s - ((size_t)1 << b)) >> (b - 3));
+}
+static inline size_t smi_bin_size(size_t bin) { return smi_bin_sizes[bin]; }
+#if SM_DEBUG
+void smi_sizeclass_check(void);
+#endif
+
+/* ---- segment.c ---- */
+sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size);
+void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld);
+void *smi_huge_alloc(size_t size, size_t alignment, bool zero);
+void smi_huge_free(sm_segment_t *segment);
+bool smi_huge_resize_in_place(sm_segment_t *segment, size_t newsize);
+void smi_segments_abandon(sm_heap_t *heap);
+bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max);
+void smi_segments_purge_expired(sm_tld_t *tld, bool force);
+void smi_segment_cache_flush(sm_tld_t *tld);
+bool smi_segment_is_registered(const sm_segment_t *segment);
+void smi_abandoned_lock_reset(void);
+
+/* ---- page.c ---- */
+void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero);
+void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t area);
+void smi_page_collect(sm_page_t *page);
+void smi_page_retire(sm_page_t *page);
+void smi_page_unfull(sm_page_t *page);
+void smi_page_set_delay(sm_page_t *page, sm_delay_t delay, bool override_never);
+void smi_page_queue_push(sm_heap_t *heap, sm_page_t *page, size_t bin);
+void smi_page_queue_remove(sm_heap_t *heap, sm_page_t *page);
+void smi_page_free_empty(sm_heap_t *heap, sm_page_t *page);
+
+/* ---- heap.c ---- */
+void smi_heap_init(sm_heap_t *heap, sm_tld_t *tld, uintptr_t thread_id);
+void smi_heap_delayed_free(sm_heap_t *heap);
+void smi_heap_collect(sm_heap_t *heap, bool force);
+void smi_heap_abandon(sm_heap_t *heap);
+void smi_heap_retired_collect(sm_heap_t *heap, bool force);
+
+/* ---- free.c ---- */
+void smi_free_block_local(sm_page_t *page, sm_block_t *block);
+void smi_free_generic(sm_segment_t *segment, sm_page_t *page, void *p);
+
+/* ---- alloc.c ---- */
+void *smi_malloc_aligned(sm_heap_t *heap, size_t size, size_t alignment, size_t offset, bool zero);
+void *smi_realloc(void *p, size_t newsize, bool free_on_fail);
+size_t smi_usable_size(const void *p);
+void *smi_enomem(void);
+
+/* ---- small shared helpers ---- */
+static inline uintptr_t smi_align_up(uintptr_t x, size_t align) {
+  return (x + align - 1) & ~((uintptr_t)align - 1);
+}
+static inline bool smi_is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+/* The segment of a block. (p - 1), so that a huge block placed exactly SEGMENT_SIZE past its
+ * segment start (over-aligned huge blocks) still maps back; no block sits at offset 0. */
+static inline sm_segment_t *smi_ptr_segment(const void *p) {
+  return (sm_segment_t *)(((uintptr_t)p - 1) & ~(uintptr_t)SM_SEGMENT_MASK);
+}
+static inline sm_page_t *smi_segment_page_of(const sm_segment_t *segment, const void *p) {
+  size_t idx = ((uintptr_t)p - (uintptr_t)segment) >> segment->page_shift;
+  return (sm_page_t *)&segment->pages[idx];
+}
+static inline sm_segment_t *smi_page_segment(const sm_page_t *page) {
+  return (sm_segment_t *)((uintptr_t)page & ~(uintptr_t)SM_SEGMENT_MASK);
+}
+
+/* free-list links: plain pointers, encoded with per-page keys in secure builds */
+static inline sm_block_t *smi_block_next(const sm_page_t *page, const sm_block_t *block) {
+#if SM_SECURE
+  return (sm_block_t *)(((uintptr_t)block->next ^ page->keys[0]) - page->keys[1]);
+#else
+  (void)page;
+  return block->next;
+#endif
+}
+static inline void smi_block_set_next(const sm_page_t *page, sm_block_t *block, sm_block_t *next) {
+#if SM_SECURE
+  block->next = (sm_block_t *)(((uintptr_t)next + page->keys[1]) ^ page->keys[0]);
+#else
+  (void)page;
+  block->next = next;
+#endif
+}
+
+/* thread_free packs a block pointer with the delay state in its 2 low bits */
+static inline sm_block_t *smi_tf_block(uintptr_t tf) { return (sm_block_t *)(tf & ~(uintptr_t)3); }
+static inline sm_delay_t smi_tf_delay(uintptr_t tf) { return (sm_delay_t)(tf & 3); }
+static inline uintptr_t smi_tf_make(sm_block_t *b, sm_delay_t d) { return (uintptr_t)b | (uintptr_t)d; }
+
+static inline sm_heap_t *smi_page_heap(const sm_page_t *page) {
+  return atomic_load_explicit(&((sm_page_t *)page)->heap, memory_order_acquire);
+}
+static inline bool smi_page_all_free(const sm_page_t *page) { return page->used == 0; }
+
+/* the page's blocks with an index < capacity are carved; the rest of the page is untouched */
+static inline bool smi_page_is_expandable(const sm_page_t *page) { return page->capacity < page->reserved; }
+
+/* The malloc fast path: one TLS load, one table load, pop. */
+static inline void *smi_page_pop(sm_page_t *page, sm_block_t *block) {
+  page->free = smi_block_next(page, block);
+  page->used++;
+#if SM_SECURE
+  block->next = NULL; /* no encoded pointer leaks to the program */
+#endif
+  return block;
+}
+
+static inline void *smi_heap_malloc_small(sm_heap_t *heap, size_t size) {
+  sm_page_t *page = heap->pages_direct[(size + 7) >> 3];
+  sm_block_t *block = page->free;
+  if (sm_unlikely(block == NULL)) return smi_malloc_generic(heap, size, false);
+  return smi_page_pop(page, block);
+}
+
+static inline void *smi_heap_malloc(sm_heap_t *heap, size_t size) {
+  if (sm_likely(size <= SM_DIRECT_MAX)) return smi_heap_malloc_small(heap, size);
+  return smi_malloc_generic(heap, size, false);
+}
+
+#endif

@@ -1,0 +1,265 @@
+/* page.c: pages and page queues, and the generic (slow) malloc path.
+ *
+ * A page's blocks are on one of three lists or handed out:
+ *   free        malloc pops from it (owner only);
+ *   local_free  the owner's frees (owner only);
+ *   thread_free other threads' frees, pushed with one CAS; its low 2 bits hold the delay state.
+ * When `free` runs empty, the generic path moves thread_free and local_free onto it in one go
+ * ("collect"), so the fast paths never touch an atomic. `used` counts blocks not on free or
+ * local_free: a block on thread_free still counts until it is collected.
+ *
+ * Each heap has one queue per bin; a page whose lists are all empty moves to the full queue and
+ * asks (delay state USE) to be told of the next remote free through the heap's delayed list,
+ * once, so that it can come back. Called by alloc.c/free.c (generic paths) and heap.c. */
+#include "internal.h"
+
+#include <sched.h>
+
+/* how many blocks one extension carves out: at most 4 KiB worth, at least 4 blocks */
+#define SM_EXTEND_BYTES 4096
+#define SM_EXTEND_MIN 4
+/* generic-path calls an empty page is kept before it goes back to its segment */
+#define SM_RETIRE_TICKS_SMALL 16
+#define SM_RETIRE_TICKS_OTHER 4
+
+/* ---- page queues ---- */
+
+static sm_page_queue_t *page_queue_of(sm_heap_t *heap, const sm_page_t *page) {
+  return &heap->pages[page->flags.x.in_full ? SM_BIN_FULL : page->bin];
+}
+
+/* The direct table must point every small size at the first page of its bin. */
+static void heap_direct_update(sm_heap_t *heap, size_t bin) {
+  size_t bsize = smi_bin_size(bin);
+  if (bsize > SM_DIRECT_MAX) return;
+  sm_page_t *page = heap->pages[bin].first != NULL ? heap->pages[bin].first : &smi_page_empty;
+  size_t start = (bin == 0 ? 0 : smi_bin_size(bin - 1) / 8 + 1);
+  for (size_t i = start; i <= bsize / 8; i++) heap->pages_direct[i] = page;
+}
+
+void smi_page_queue_remove(sm_heap_t *heap, sm_page_t *page) {
+  sm_page_queue_t *pq = page_queue_of(heap, page);
+  if (page->prev != NULL) page->prev->next = page->next;
+  else pq->first = page->next;
+  if (page->next != NULL) page->next->prev = page->prev;
+  else pq->last = page->prev;
+  if (page->prev == NULL && !page->flags.x.in_full) heap_direct_update(heap, page->bin);
+  page->next = page->prev = NULL;
+  heap->page_count--;
+}
+
+/* a fresh page goes to the front: it is where allocation continues */
+void smi_page_queue_push(sm_heap_t *heap, sm_page_t *page, size_t bin) {
+  page->bin = (uint8_t)bin;
+  sm_page_queue_t *pq = &heap->pages[bin];
+  page->prev = NULL;
+  page->next = pq->first;
+  if (pq->first != NULL) pq->first->prev = page;
+  else pq->last = page;
+  pq->first = page;
+  heap->page_count++;
+  heap_direct_update(heap, bin);
+}
+
+/* a page coming back from the full queue goes to the back: it has few free blocks */
+static void page_queue_append(sm_heap_t *heap, sm_page_queue_t *pq, sm_page_t *page) {
+  page->next = NULL;
+  page->prev = pq->last;
+  if (pq->last != NULL) pq->last->next = page;
+  else pq->first = page;
+  pq->last = page;
+  heap->page_count++;
+  if (pq->first == page && !page->flags.x.in_full) heap_direct_update(heap, page->bin);
+}
+
+/* ---- delay state ---- */
+
+/* Set the delay state, waiting out a remote thread that is in the middle of a delayed free
+ * (FREEING lasts a few instructions); NEVER (abandoned) is kept unless override_never. */
+void smi_page_set_delay(sm_page_t *page, sm_delay_t delay, bool override_never) {
+  uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+  for (unsigned spins = 0;; spins++) {
+    sm_delay_t old = smi_tf_delay(tf);
+    if (old == SM_DELAY_FREEING) {
+      if (spins > 64) sched_yield();
+      tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+      continue;
+    }
+    if (old == delay || (old == SM_DELAY_NEVER && !override_never)) return;
+    if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, smi_tf_make(smi_tf_block(tf), delay),
+                                              memory_order_acq_rel, memory_order_relaxed))
+      return;
+  }
+}
+
+/* ---- free lists ---- */
+
+/* Move the remote frees onto local_free (one atomic exchange keeps the delay bits). */
+static void page_thread_free_collect(sm_page_t *page) {
+  uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+  sm_block_t *head;
+  do {
+    head = smi_tf_block(tf);
+    if (head == NULL) return;
+  } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, smi_tf_make(NULL, smi_tf_delay(tf)),
+                                                  memory_order_acquire, memory_order_relaxed));
+  /* find the tail; a list longer than the page is corruption (or a double free) */
+  uint32_t count = 1;
+  sm_block_t *tail = head, *next;
+  while ((next = smi_block_next(page, tail)) != NULL) {
+    tail = next;
+    if (sm_unlikely(++count > page->capacity)) {
+      smi_error(EFAULT, "corrupted thread-free list in page %p (block size %zu)", (void *)page->start, page->block_size);
+      return; /* leak the list rather than follow it */
+    }
+  }
+  smi_block_set_next(page, tail, page->local_free);
+  page->local_free = head;
+  sm_assert(page->used >= count);
+  page->used -= count;
+}
+
+void smi_page_collect(sm_page_t *page) {
+  if (smi_tf_block(atomic_load_explicit(&page->thread_free, memory_order_relaxed)) != NULL)
+    page_thread_free_collect(page);
+  if (page->local_free != NULL && page->free == NULL) {
+    page->free = page->local_free;
+    page->local_free = NULL;
+    page->free_is_zero = false;
+  }
+}
+
+/* Carve the next few blocks of the page into the (empty) free list. Done a little at a time so
+ * that a fresh page costs page faults only for what is used. */
+static void page_extend(sm_page_t *page) {
+  sm_assert(page->free == NULL && smi_page_is_expandable(page));
+  size_t bsize = page->block_size;
+  size_t extend = page->reserved - page->capacity;
+  size_t max = bsize >= SM_EXTEND_BYTES / SM_EXTEND_MIN ? SM_EXTEND_MIN : SM_EXTEND_BYTES / bsize;
+  if (extend > max) extend = max;
+  uint8_t *first = page->start + (size_t)page->capacity * bsize;
+  uint8_t *last = first + (extend - 1) * bsize;
+  for (uint8_t *b = first; b < last; b += bsize) smi_block_set_next(page, (sm_block_t *)b, (sm_block_t *)(b + bsize));
+  smi_block_set_next(page, (sm_block_t *)last, NULL);
+  page->free = (sm_block_t *)first;
+  page->free_is_zero = page->mem_is_zero;
+  page->capacity += (uint32_t)extend;
+}
+
+void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t area) {
+  page->free = NULL;
+  page->local_free = NULL;
+  page->used = 0;
+  page->flags.all = 0;
+  page->free_is_zero = false;
+  page->retire_ticks = 0;
+  page->block_size = block_size;
+  page->capacity = 0;
+  page->reserved = (uint32_t)(area / block_size);
+  atomic_store_explicit(&page->thread_free, smi_tf_make(NULL, SM_DELAY_NONE), memory_order_relaxed);
+  atomic_store_explicit(&page->heap, heap, memory_order_release);
+#if SM_SECURE
+  page->keys[0] = (uintptr_t)heap->random ^ (uintptr_t)page ^ smi_process_secret;
+  page->keys[1] = ((uintptr_t)heap->random * 0x9E3779B97F4A7C15ull) | 1;
+#endif
+  sm_assert(page->reserved >= 1);
+}
+
+/* ---- full pages ---- */
+
+static void page_to_full(sm_heap_t *heap, sm_page_t *page) {
+  smi_page_queue_remove(heap, page);
+  page->flags.x.in_full = 1;
+  page_queue_append(heap, &heap->pages[SM_BIN_FULL], page);
+  smi_page_set_delay(page, SM_DELAY_USE, false);
+  /* a remote free may have landed just before USE was set */
+  smi_page_collect(page);
+  if (page->free != NULL) smi_page_unfull(page);
+}
+
+void smi_page_unfull(sm_page_t *page) {
+  sm_heap_t *heap = smi_page_heap(page);
+  sm_assert(page->flags.x.in_full);
+  smi_page_set_delay(page, SM_DELAY_NONE, false);
+  smi_page_queue_remove(heap, page);
+  page->flags.x.in_full = 0;
+  page_queue_append(heap, &heap->pages[page->bin], page);
+}
+
+/* ---- empty pages ---- */
+
+void smi_page_free_empty(sm_heap_t *heap, sm_page_t *page) {
+  sm_assert(page->used == 0);
+  smi_page_queue_remove(heap, page);
+  atomic_store_explicit(&page->heap, NULL, memory_order_release);
+  smi_segment_page_free(page, heap->tld);
+}
+
+/* All blocks of the page are free (owner's view). Keep the only page of a bin for a few slow-path
+ * calls, so a program that allocates and frees one block in a loop does not thrash the segment. */
+void smi_page_retire(sm_page_t *page) {
+  sm_heap_t *heap = smi_page_heap(page);
+  sm_page_queue_t *pq = page_queue_of(heap, page);
+  if (!page->flags.x.in_full && pq->first == page && pq->last == page && page->block_size <= SM_MEDIUM_OBJ_MAX) {
+    page->retire_ticks = page->block_size <= SM_SMALL_OBJ_MAX ? SM_RETIRE_TICKS_SMALL : SM_RETIRE_TICKS_OTHER;
+    if (page->bin < heap->retired_min) heap->retired_min = page->bin;
+    if (page->bin > heap->retired_max) heap->retired_max = page->bin;
+    return;
+  }
+  smi_page_free_empty(heap, page);
+}
+
+/* ---- finding a page with a free block ---- */
+
+/* Walk the bin's queue: collect each page; use the first with a free block or room to extend;
+ * pages with neither move to the full queue, so each page is visited once per time it fills. */
+static sm_page_t *page_queue_find_free(sm_heap_t *heap, size_t bin) {
+  sm_page_queue_t *pq = &heap->pages[bin];
+  sm_page_t *page = pq->first;
+  while (page != NULL) {
+    sm_page_t *next = page->next;
+    smi_page_collect(page);
+    if (page->free != NULL) break;
+    if (smi_page_is_expandable(page)) {
+      page_extend(page);
+      break;
+    }
+    page_to_full(heap, page);
+    if (page->free != NULL) break; /* came straight back */
+    page = next;
+  }
+  if (page == NULL) {
+    page = smi_segment_page_alloc(heap, smi_bin_size(bin));
+    if (page == NULL) return NULL;
+    smi_page_queue_push(heap, page, bin);
+    page_extend(page);
+  } else if (page != pq->first) { /* move it to the front so the direct table finds it */
+    smi_page_queue_remove(heap, page);
+    smi_page_queue_push(heap, page, bin);
+  }
+  page->retire_ticks = 0;
+  return page;
+}
+
+/* The slow path of every allocation: thread start-up, delayed frees, retired pages, huge blocks
+ * and the page search. `zero`: the block must be zeroed (calloc). */
+void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero) {
+  if (sm_unlikely(heap == &smi_heap_empty)) {
+    heap = smi_thread_init();
+    if (heap == NULL) return smi_enomem();
+  }
+  if (atomic_load_explicit(&heap->thread_delayed_free, memory_order_relaxed) != NULL) smi_heap_delayed_free(heap);
+  if (heap->retired_min <= heap->retired_max) smi_heap_retired_collect(heap, false);
+  if (heap->tld->purge_first != NULL || heap->tld->cache.first != NULL) smi_segments_purge_expired(heap->tld, false);
+  if (sm_unlikely(size > SM_LARGE_OBJ_MAX)) return smi_huge_alloc(size, 0, zero);
+
+  sm_page_t *page = page_queue_find_free(heap, smi_bin_of(size));
+  if (sm_unlikely(page == NULL)) return smi_enomem();
+  bool is_zero = page->free_is_zero;
+  void *p = smi_page_pop(page, page->free);
+  if (zero) {
+    if (is_zero) ((sm_block_t *)p)->next = NULL;
+    else memset(p, 0, size);
+  }
+  return p;
+}

@@ -1,0 +1,403 @@
+/* segment.c: segments (SEGMENT_SIZE-aligned regions from the OS) and the pages in them.
+ *
+ *   small segment   64 pages of 64 KiB  (blocks up to 16 KiB)
+ *   medium segment   8 pages of 512 KiB (blocks up to 128 KiB)
+ *   large segment    1 page             (blocks up to 2 MiB)
+ *   huge segment     1 block in a mapping sized to fit (never in a heap queue, never cached)
+ * The header (segment_t and its page_t array) fills the first OS page(s); page 0 starts after it.
+ *
+ * A thread owns its segments (segment->thread_id). It keeps those with an unused page in a queue
+ * per kind, a few whole unused segments in a cache, and a list of unused pages whose memory is
+ * given back (purged) once purge_delay ms have passed without reuse. When a thread ends, its
+ * segments are abandoned onto a global list and reclaimed by threads that need pages.
+ * No lock is held across a system call: the only lock guards the abandoned list's two pointers. */
+#include "internal.h"
+
+#include <sched.h>
+
+/* ---- segment map: which SEGMENT_SIZE chunks start a segment (for validity checks) ---- */
+#define SM_MAP_CHUNKS ((size_t)1 << (47 - SM_SEGMENT_SHIFT))
+static _Atomic(uint64_t) segment_map[SM_MAP_CHUNKS / 64];
+
+static void segment_map_set(const sm_segment_t *segment, bool on) {
+  size_t chunk = (uintptr_t)segment >> SM_SEGMENT_SHIFT;
+  if (chunk >= SM_MAP_CHUNKS) return;
+  uint64_t bit = (uint64_t)1 << (chunk % 64);
+  if (on) atomic_fetch_or_explicit(&segment_map[chunk / 64], bit, memory_order_release);
+  else atomic_fetch_and_explicit(&segment_map[chunk / 64], ~bit, memory_order_release);
+}
+
+bool smi_segment_is_registered(const sm_segment_t *segment) {
+  size_t chunk = (uintptr_t)segment >> SM_SEGMENT_SHIFT;
+  if (((uintptr_t)segment & SM_SEGMENT_MASK) != 0 || chunk >= SM_MAP_CHUNKS) return false;
+  uint64_t word = atomic_load_explicit(&segment_map[chunk / 64], memory_order_acquire);
+  return (word >> (chunk % 64)) & 1;
+}
+
+/* The segment containing p, also for interior pointers of huge blocks (walks the map back). */
+static const sm_segment_t *segment_containing(const void *p) {
+  const sm_segment_t *seg = smi_ptr_segment(p);
+  for (size_t steps = 0; steps < 4096 && (uintptr_t)seg >= SM_SEGMENT_SIZE; steps++) {
+    if (smi_segment_is_registered(seg)) return (uintptr_t)p < (uintptr_t)seg + seg->size ? seg : NULL;
+    seg = (const sm_segment_t *)((uintptr_t)seg - SM_SEGMENT_SIZE);
+  }
+  return NULL;
+}
+
+bool sm_check_owned(const void *p) {
+  if (p == NULL) return false;
+  const sm_segment_t *seg = segment_containing(p);
+  return seg != NULL && (const uint8_t *)p >= seg->pages[0].start;
+}
+
+/* ---- queues of segments ---- */
+
+static void segment_queue_push(sm_segment_queue_t *q, sm_segment_t *s) {
+  s->prev = NULL;
+  s->next = q->first;
+  if (q->first != NULL) q->first->prev = s;
+  else q->last = s;
+  q->first = s;
+}
+
+static void segment_queue_remove(sm_segment_queue_t *q, sm_segment_t *s) {
+  if (s->prev != NULL) s->prev->next = s->next;
+  else q->first = s->next;
+  if (s->next != NULL) s->next->prev = s->prev;
+  else q->last = s->prev;
+  s->next = s->prev = NULL;
+}
+
+static sm_segment_queue_t *segment_free_queue(sm_tld_t *tld, const sm_segment_t *s) {
+  return s->kind == SM_SEGMENT_SMALL ? &tld->small_free : s->kind == SM_SEGMENT_MEDIUM ? &tld->medium_free : NULL;
+}
+
+/* ---- purging unused pages after a delay ---- */
+
+static uint64_t tld_now(sm_tld_t *tld) { return tld->now_ms = smi_os_now_ms(); }
+
+static size_t page_area(const sm_segment_t *segment, const sm_page_t *page) {
+  uint8_t *page_end = (uint8_t *)segment + ((size_t)(page - segment->pages) + 1) * ((size_t)1 << (segment->kind <= SM_SEGMENT_MEDIUM ? segment->page_shift : SM_SEGMENT_SHIFT));
+  return (size_t)(page_end - page->start);
+}
+
+static void purge_list_remove(sm_tld_t *tld, sm_page_t *page) {
+  if (page->prev != NULL) page->prev->next = page->next;
+  else tld->purge_first = page->next;
+  if (page->next != NULL) page->next->prev = page->prev;
+  else tld->purge_last = page->prev;
+  page->next = page->prev = NULL;
+  page->purge_pending = 0;
+}
+
+static void page_purge(sm_segment_t *segment, sm_page_t *page) {
+  bool zero = smi_os_purge(page->start, page_area(segment, page), smi_option(SM_OPT_PURGE_DECOMMITS) != 0);
+  page->mem_is_zero = zero;
+}
+
+/* Purge what has waited long enough (everything with force). Bounded by what is pending. */
+void smi_segments_purge_expired(sm_tld_t *tld, bool force) {
+  uint64_t now = tld_now(tld);
+  sm_page_t *page;
+  while ((page = tld->purge_first) != NULL && (force || page->purge_at <= now)) {
+    purge_list_remove(tld, page);
+    page_purge(smi_page_segment(page), page);
+  }
+  for (sm_segment_t *s = tld->cache.first; s != NULL; s = s->next) {
+    if (!s->purged && (force || s->purge_at <= now)) {
+      smi_os_purge((uint8_t *)s + SM_OS_PAGE_SIZE, s->size - SM_OS_PAGE_SIZE, true);
+      s->purged = 1;
+    }
+  }
+}
+
+/* ---- segment allocation ---- */
+
+static size_t segment_header_size(size_t page_count) {
+  return smi_align_up(sizeof(sm_segment_t) + page_count * sizeof(sm_page_t), SM_OS_PAGE_SIZE);
+}
+
+_Static_assert(sizeof(sm_segment_t) + SM_SMALL_PAGES_PER_SEGMENT * sizeof(sm_page_t) <= SM_SMALL_PAGE_SIZE / 4,
+               "segment metadata stays a small part of the first page");
+
+static void segment_init_header(sm_segment_t *segment, sm_segment_kind_t kind, size_t page_count, size_t page_shift,
+                                size_t size, uintptr_t thread_id, bool mem_zero) {
+  size_t header = segment_header_size(page_count);
+  memset(segment, 0, sizeof(sm_segment_t) + page_count * sizeof(sm_page_t)); /* cached ones are stale */
+  segment->kind = (uint8_t)kind;
+  segment->page_count = page_count;
+  segment->page_shift = page_shift;
+  segment->size = size;
+  segment->map_start = (uint8_t *)segment;
+  segment->map_size = size;
+  segment->cookie = (uintptr_t)segment ^ smi_process_secret;
+  size_t page_size = kind <= SM_SEGMENT_MEDIUM ? (size_t)1 << page_shift : size;
+  for (size_t i = 0; i < page_count; i++) {
+    sm_page_t *page = &segment->pages[i];
+    page->start = (uint8_t *)segment + (i == 0 ? header : i * page_size);
+    page->mem_is_zero = mem_zero;
+    atomic_store_explicit(&page->thread_free, smi_tf_make(NULL, SM_DELAY_NEVER), memory_order_relaxed);
+  }
+  atomic_store_explicit(&segment->thread_id, thread_id, memory_order_release);
+}
+
+static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
+  sm_tld_t *tld = heap->tld;
+  sm_segment_t *segment = tld->cache.first;
+  bool zero;
+  if (segment != NULL) {
+    segment_queue_remove(&tld->cache, segment);
+    tld->cache_count--;
+    zero = segment->purged;
+  } else {
+    segment = smi_os_alloc_aligned(SM_SEGMENT_SIZE, SM_SEGMENT_SIZE, 0);
+    if (segment == NULL) return NULL;
+    zero = true;
+    segment_map_set(segment, true);
+  }
+  size_t count = kind == SM_SEGMENT_SMALL ? SM_SMALL_PAGES_PER_SEGMENT : kind == SM_SEGMENT_MEDIUM ? SM_SEGMENT_SIZE / SM_MEDIUM_PAGE_SIZE : 1;
+  size_t shift = kind == SM_SEGMENT_SMALL ? SM_SMALL_PAGE_SHIFT : kind == SM_SEGMENT_MEDIUM ? SM_MEDIUM_PAGE_SHIFT : SM_LARGE_PAGE_SHIFT;
+  segment_init_header(segment, kind, count, shift, SM_SEGMENT_SIZE, heap->thread_id, zero);
+  tld->segment_count++;
+  sm_segment_queue_t *q = segment_free_queue(tld, segment);
+  if (q != NULL) {
+    segment_queue_push(q, segment);
+    segment->in_free_queue = 1;
+  }
+  return segment;
+}
+
+static void segment_os_free(sm_segment_t *segment) {
+  segment_map_set(segment, false);
+  smi_os_free(segment->map_start, segment->map_size);
+}
+
+/* A segment with no page in use: keep it in the thread's cache or give it back. */
+static void segment_free(sm_segment_t *segment, sm_tld_t *tld) {
+  sm_segment_queue_t *q = segment_free_queue(tld, segment);
+  if (segment->in_free_queue) segment_queue_remove(q, segment);
+  segment->in_free_queue = 0;
+  for (size_t i = 0; i < segment->page_count; i++) {
+    if (segment->pages[i].purge_pending) purge_list_remove(tld, &segment->pages[i]);
+  }
+  tld->segment_count--;
+  long delay = smi_option(SM_OPT_PURGE_DELAY);
+  size_t limit = 1 + tld->segment_count / 4;
+  if (limit > (size_t)smi_option(SM_OPT_SEGMENT_CACHE)) limit = (size_t)smi_option(SM_OPT_SEGMENT_CACHE);
+  if (tld->cache_count < limit && delay != 0) {
+    segment->purged = 0;
+    segment->purge_at = tld_now(tld) + (uint64_t)(delay < 0 ? 0 : delay);
+    if (delay < 0) segment->purged = 1; /* never purge: treat as done */
+    segment_queue_push(&tld->cache, segment);
+    tld->cache_count++;
+    return;
+  }
+  segment_os_free(segment);
+}
+
+void smi_segment_cache_flush(sm_tld_t *tld) {
+  sm_segment_t *s;
+  while ((s = tld->cache.first) != NULL) {
+    segment_queue_remove(&tld->cache, s);
+    tld->cache_count--;
+    segment_os_free(s);
+  }
+}
+
+/* ---- pages ---- */
+
+sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size) {
+  sm_tld_t *tld = heap->tld;
+  sm_segment_kind_t kind = block_size <= SM_SMALL_OBJ_MAX ? SM_SEGMENT_SMALL
+                         : block_size <= SM_MEDIUM_OBJ_MAX ? SM_SEGMENT_MEDIUM : SM_SEGMENT_LARGE;
+  sm_segment_queue_t *q = kind == SM_SEGMENT_SMALL ? &tld->small_free : kind == SM_SEGMENT_MEDIUM ? &tld->medium_free : NULL;
+  sm_segment_t *segment = q != NULL ? q->first : NULL;
+  if (segment == NULL) {
+    /* before mapping more memory, adopt segments of threads that have ended */
+    if (smi_segments_reclaim_abandoned(heap, 8) && q != NULL) segment = q->first;
+    if (segment == NULL) segment = segment_alloc(heap, kind);
+    if (segment == NULL) return NULL;
+  }
+  sm_page_t *page = NULL;
+  for (size_t i = 0; i < segment->page_count; i++) {
+    if (!segment->pages[i].in_use) {
+      page = &segment->pages[i];
+      break;
+    }
+  }
+  sm_assert(page != NULL);
+  page->in_use = 1;
+  if (++segment->used == segment->page_count && segment->in_free_queue) {
+    segment_queue_remove(q, segment);
+    segment->in_free_queue = 0;
+  }
+  if (page->purge_pending) purge_list_remove(tld, page);
+  smi_page_init(heap, page, block_size, page_area(segment, page));
+  return page;
+}
+
+/* An empty page goes back to its segment; its memory is purged once the delay has passed. */
+void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld) {
+  sm_segment_t *segment = smi_page_segment(page);
+  sm_assert(page->in_use && segment->used > 0);
+  page->in_use = 0;
+  page->free = page->local_free = NULL;
+  page->mem_is_zero = 0;
+  if (--segment->used == 0) {
+    segment_free(segment, tld);
+    return;
+  }
+  long delay = smi_option(SM_OPT_PURGE_DELAY);
+  if (delay == 0) page_purge(segment, page);
+  else if (delay > 0) {
+    page->purge_at = tld_now(tld) + (uint64_t)delay;
+    page->purge_pending = 1;
+    page->next = NULL;
+    page->prev = tld->purge_last;
+    if (tld->purge_last != NULL) tld->purge_last->next = page;
+    else tld->purge_first = page;
+    tld->purge_last = page;
+  }
+  sm_segment_queue_t *q = segment_free_queue(tld, segment);
+  if (q != NULL && !segment->in_free_queue) {
+    segment_queue_push(q, segment);
+    segment->in_free_queue = 1;
+  }
+}
+
+/* ---- huge blocks: one mapping each, owned by no thread, freed by whoever frees the block ---- */
+
+void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
+  (void)zero; /* fresh mappings are zero */
+  if (size > SM_MAX_ALLOC_SIZE) return smi_enomem();
+  size_t header = segment_header_size(1), offset, align;
+  if (alignment <= header) {
+    offset = header;
+    align = SM_SEGMENT_SIZE;
+  } else if (alignment < SM_SEGMENT_SIZE) {
+    offset = smi_align_up(header, alignment);
+    align = SM_SEGMENT_SIZE;
+  } else { /* over-aligned: the block starts one segment size in; (p-1) still finds the header */
+    offset = SM_SEGMENT_SIZE;
+    align = alignment;
+  }
+  size_t map_size = smi_align_up(offset + size, smi_os_page_size());
+  if (map_size < size) return smi_enomem();
+  sm_segment_t *segment = smi_os_alloc_aligned(map_size, align, align == SM_SEGMENT_SIZE ? 0 : offset);
+  if (segment == NULL) return smi_enomem();
+  segment_init_header(segment, SM_SEGMENT_HUGE, 1, SM_LARGE_PAGE_SHIFT, map_size, 0, true);
+  sm_page_t *page = &segment->pages[0];
+  page->start = (uint8_t *)segment + offset;
+  page->block_size = map_size - offset;
+  page->capacity = page->reserved = page->used = 1;
+  page->in_use = 1;
+  segment->used = 1;
+  segment_map_set(segment, true);
+  return page->start;
+}
+
+void smi_huge_free(sm_segment_t *segment) { segment_os_free(segment); }
+
+/* ---- thread exit: abandon; other threads reclaim ---- */
+
+static _Atomic(bool) abandoned_lock;
+static sm_segment_t *abandoned_first; /* guarded by abandoned_lock */
+static _Atomic(size_t) abandoned_count;
+
+static bool abandoned_trylock(void) {
+  return !atomic_exchange_explicit(&abandoned_lock, true, memory_order_acquire);
+}
+static void abandoned_unlock(void) { atomic_store_explicit(&abandoned_lock, false, memory_order_release); }
+
+/* fork child: the lock may have been held by a thread that does not exist in the child. Its
+ * critical sections only swap two pointers, so the list is intact either way. */
+void smi_abandoned_lock_reset(void) { atomic_store_explicit(&abandoned_lock, false, memory_order_relaxed); }
+
+static void segment_abandon(sm_segment_t *segment, sm_tld_t *tld) {
+  sm_segment_queue_t *q = segment_free_queue(tld, segment);
+  if (segment->in_free_queue) segment_queue_remove(q, segment);
+  segment->in_free_queue = 0;
+  tld->segment_count--;
+  atomic_store_explicit(&segment->thread_id, 0, memory_order_release);
+  for (unsigned spins = 0; !abandoned_trylock(); spins++) {
+    if (spins > 64) sched_yield();
+  }
+  segment->abandoned_next = abandoned_first;
+  abandoned_first = segment;
+  abandoned_unlock();
+  atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
+}
+
+/* Called at thread exit once every page of the heap is in delay state NEVER and has no heap.
+ * Pages still holding live blocks keep their segment alive; the rest is given back now. */
+void smi_segments_abandon(sm_heap_t *heap) {
+  sm_tld_t *tld = heap->tld;
+  for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) {
+    sm_page_t *page = heap->pages[bin].first;
+    while (page != NULL) {
+      sm_page_t *next = page->next;
+      sm_segment_t *segment = smi_page_segment(page);
+      if (atomic_load_explicit(&segment->thread_id, memory_order_relaxed) != 0) segment_abandon(segment, tld);
+      page->next = page->prev = NULL;
+      page = next;
+    }
+    heap->pages[bin].first = heap->pages[bin].last = NULL;
+  }
+  heap->page_count = 0;
+  smi_segments_purge_expired(tld, true);
+  /* whatever is left in the free queues has no page in use */
+  sm_segment_t *s;
+  while ((s = tld->small_free.first) != NULL) {
+    sm_assert(s->used == 0);
+    segment_free(s, tld);
+  }
+  while ((s = tld->medium_free.first) != NULL) {
+    sm_assert(s->used == 0);
+    segment_free(s, tld);
+  }
+  smi_segment_cache_flush(tld);
+}
+
+static void segment_reclaim(sm_segment_t *segment, sm_heap_t *heap) {
+  sm_tld_t *tld = heap->tld;
+  atomic_store_explicit(&segment->thread_id, heap->thread_id, memory_order_release);
+  tld->segment_count++;
+  for (size_t i = 0; i < segment->page_count; i++) {
+    sm_page_t *page = &segment->pages[i];
+    if (!page->in_use) continue;
+    atomic_store_explicit(&page->heap, heap, memory_order_release);
+    smi_page_set_delay(page, SM_DELAY_NONE, true);
+    page->flags.x.in_full = 0;
+    smi_page_collect(page);
+    smi_page_queue_push(heap, page, smi_bin_of(page->block_size));
+  }
+  sm_segment_queue_t *q = segment_free_queue(tld, segment);
+  if (q != NULL && segment->used < segment->page_count) {
+    segment_queue_push(q, segment);
+    segment->in_free_queue = 1;
+  }
+  /* pages whose blocks were all freed while abandoned go back (the last one frees the segment) */
+  for (size_t i = 0; i < segment->page_count; i++) {
+    sm_page_t *page = &segment->pages[i];
+    if (!page->in_use || page->used != 0) continue;
+    bool last = segment->used == 1;
+    smi_page_free_empty(heap, page);
+    if (last) return;
+  }
+}
+
+/* Adopt up to `max` abandoned segments. The lock is only tried: a thread never waits here. */
+bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max) {
+  bool any = false;
+  for (size_t n = 0; n < max && atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0; n++) {
+    if (!abandoned_trylock()) break;
+    sm_segment_t *segment = abandoned_first;
+    if (segment != NULL) abandoned_first = segment->abandoned_next;
+    abandoned_unlock();
+    if (segment == NULL) break;
+    atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+    segment_reclaim(segment, heap);
+    any = true;
+  }
+  return any;
+}

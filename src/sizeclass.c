@@ -1,0 +1,37 @@
+/* sizeclass.c: size classes ("bins").
+ *   bin 0: 8 bytes; bins 1..8: 16..128 bytes in steps of 16 (16-byte alignment for every request
+ *   of 16 bytes or more forbids 8-byte steps there); from 128 bytes up: eight classes per power of
+ *   two, so a request above 128 bytes wastes less than 12.5% of its block.
+ * smi_bin_of (internal.h) maps a size to its bin; this table maps a bin back to its block size. */
+#include "internal.h"
+
+#define SM_CLASS(b, j) ((1u << (b)) + (j) * (1u << ((b) - 3)))
+#define SM_ROW(b) SM_CLASS(b, 1), SM_CLASS(b, 2), SM_CLASS(b, 3), SM_CLASS(b, 4), \
+                  SM_CLASS(b, 5), SM_CLASS(b, 6), SM_CLASS(b, 7), SM_CLASS(b, 8)
+
+const uint32_t smi_bin_sizes[SM_BIN_COUNT] = {
+    8, 16, 32, 48, 64, 80, 96, 112, 128,
+    SM_ROW(7), SM_ROW(8), SM_ROW(9), SM_ROW(10), SM_ROW(11), SM_ROW(12), SM_ROW(13),
+    SM_ROW(14), SM_ROW(15), SM_ROW(16), SM_ROW(17), SM_ROW(18), SM_ROW(19), SM_ROW(20),
+};
+
+_Static_assert(sizeof(smi_bin_sizes) / sizeof(smi_bin_sizes[0]) == SM_BIN_COUNT, "bin table size");
+_Static_assert(SM_CLASS(20, 8) == SM_LARGE_OBJ_MAX, "the last bin holds the largest large object");
+
+size_t sm_good_size(size_t size) {
+  if (size <= SM_LARGE_OBJ_MAX) return smi_bin_size(smi_bin_of(size));
+  if (size > SM_MAX_ALLOC_SIZE) return size;
+  return smi_align_up(size, smi_os_page_size());
+}
+
+#if SM_DEBUG
+/* every size maps to the smallest class that holds it */
+void smi_sizeclass_check(void) {
+  for (size_t size = 0; size <= SM_LARGE_OBJ_MAX; size += (size < 70000 ? 1 : 61)) {
+    size_t bin = smi_bin_of(size);
+    sm_assert(bin < SM_BIN_COUNT);
+    sm_assert(smi_bin_size(bin) >= size);
+    sm_assert(bin == 0 || smi_bin_size(bin - 1) < size);
+  }
+}
+#endif

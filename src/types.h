@@ -1,0 +1,182 @@
+/* types.h: every shardmalloc structure and constant, and the build-mode levels.
+ *
+ * Memory is organised as segment -> pages -> blocks:
+ *   - a segment is a SEGMENT_SIZE-aligned region from the OS; its header (this file's segment_t,
+ *     followed by one page_t per page) sits at its start, so the segment of any block is found by
+ *     masking the block's address;
+ *   - a page holds blocks of one size class and three free lists (free, local_free, thread_free);
+ *   - a heap (one per thread) keeps its pages in one queue per size class.
+ * See docs/design.md for the picture and the invariants. */
+#ifndef SM_TYPES_H
+#define SM_TYPES_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- build modes: compile-time levels, derived here only ---- */
+#ifndef SM_SECURE
+#define SM_SECURE 0
+#endif
+#ifndef SM_DEBUG
+#define SM_DEBUG 0
+#endif
+#ifndef SM_OVERRIDE
+#define SM_OVERRIDE 1 /* define malloc/free/... (off under TSan/ASan, which own malloc) */
+#endif
+#define SM_CHECK_FREES (SM_SECURE || SM_DEBUG) /* validate every pointer passed to free */
+
+#define SM_KiB ((size_t)1024)
+#define SM_MiB (SM_KiB * SM_KiB)
+
+/* ---- geometry ---- */
+#define SM_INTPTR_SIZE 8
+#define SM_OS_PAGE_SIZE ((size_t)4096) /* granularity of headers and purges (x86-64, aarch64 4K) */
+#define SM_SEGMENT_SHIFT 22             /* 4 MiB segments */
+#define SM_SEGMENT_SIZE ((size_t)1 << SM_SEGMENT_SHIFT)
+#define SM_SEGMENT_MASK (SM_SEGMENT_SIZE - 1)
+#define SM_SMALL_PAGE_SHIFT 16 /* 64 KiB pages: 64 per segment */
+#define SM_MEDIUM_PAGE_SHIFT 19 /* 512 KiB pages: 8 per segment */
+#define SM_SMALL_PAGE_SIZE ((size_t)1 << SM_SMALL_PAGE_SHIFT)
+#define SM_MEDIUM_PAGE_SIZE ((size_t)1 << SM_MEDIUM_PAGE_SHIFT)
+#define SM_SMALL_PAGES_PER_SEGMENT (SM_SEGMENT_SIZE / SM_SMALL_PAGE_SIZE)
+#define SM_LARGE_PAGE_SHIFT 48 /* large and huge segments have one page: any offset maps to 0 */
+
+/* size limits of each page kind: at least 4 blocks fit a small or medium page */
+#define SM_SMALL_OBJ_MAX (SM_SMALL_PAGE_SIZE / 4)   /* 16 KiB */
+#define SM_MEDIUM_OBJ_MAX (SM_MEDIUM_PAGE_SIZE / 4) /* 128 KiB */
+#define SM_LARGE_OBJ_MAX (SM_SEGMENT_SIZE / 2)      /* 2 MiB; above: huge, a mapping of its own */
+
+/* direct table: sizes up to SM_DIRECT_MAX index heap->pages_direct by (size+7)/8 */
+#define SM_DIRECT_MAX 1024
+#define SM_DIRECT_COUNT (SM_DIRECT_MAX / 8 + 1)
+
+/* size classes: 8, 16..128 by 16, then 8 classes per power of two up to SM_LARGE_OBJ_MAX */
+#define SM_BIN_COUNT 121             /* bins 0..120, the last one holds SM_LARGE_OBJ_MAX */
+#define SM_BIN_FULL SM_BIN_COUNT     /* queue of pages with no free block */
+#define SM_MAX_ALIGN_GUARANTEE 16    /* every block of 16 bytes or more is 16-aligned */
+#define SM_MAX_ALLOC_SIZE ((size_t)PTRDIFF_MAX)
+
+/* ---- blocks ---- */
+typedef struct sm_block_s {
+  struct sm_block_s *next; /* encoded in secure builds */
+} sm_block_t;
+
+/* delayed-free state, kept in the low 2 bits of page->thread_free (blocks are 8-aligned) */
+typedef enum {
+  SM_DELAY_NONE = 0,    /* other threads push onto page->thread_free */
+  SM_DELAY_USE = 1,     /* page is full: the next remote free also notifies the owner heap */
+  SM_DELAY_FREEING = 2, /* transient: a remote thread is pushing onto heap->thread_delayed_free */
+  SM_DELAY_NEVER = 3,   /* page has no heap (abandoned): always page->thread_free */
+} sm_delay_t;
+
+struct sm_heap_s;
+struct sm_segment_s;
+
+/* ---- pages: blocks of one size; lives in its segment's header ---- */
+typedef struct sm_page_s {
+  /* fast-path fields first: malloc touches free/used, free touches local_free/used/flags */
+  sm_block_t *free;     /* malloc pops from here */
+  uint32_t used;        /* blocks handed out, not yet back on free or local_free */
+  union {
+    uint16_t all; /* free's fast path tests both flags at once */
+    struct {
+      uint8_t in_full;     /* page is in the heap's full queue */
+      uint8_t has_aligned; /* some block was handed out at an interior (aligned) address */
+    } x;
+  } flags;
+  uint8_t free_is_zero; /* every block on `free` is zero past its first word */
+  uint8_t retire_ticks; /* empty page kept alive for this many more generic-path calls */
+  sm_block_t *local_free; /* frees by the owning thread */
+  _Atomic(uintptr_t) thread_free; /* frees by other threads: block pointer | sm_delay_t */
+  size_t block_size;
+  uint32_t capacity; /* blocks carved out so far (free lists are built lazily) */
+  uint32_t reserved; /* blocks that fit the page */
+  _Atomic(struct sm_heap_s *) heap; /* owner heap; NULL while abandoned */
+  uint8_t *start;       /* first block */
+  struct sm_page_s *next, *prev; /* in a heap page queue, or in the tld purge list when unused */
+  uint64_t purge_at;    /* ms timestamp at which an unused page is purged */
+  uint8_t in_use;       /* handed out by its segment */
+  uint8_t mem_is_zero;  /* the page's memory is known zero (fresh or purged) */
+  uint8_t purge_pending;
+  uint8_t bin;
+#if SM_SECURE
+  uintptr_t keys[2]; /* free-list pointer encoding */
+#endif
+} sm_page_t;
+
+typedef enum {
+  SM_SEGMENT_SMALL,  /* 64 KiB pages */
+  SM_SEGMENT_MEDIUM, /* 512 KiB pages */
+  SM_SEGMENT_LARGE,  /* one page spanning the segment */
+  SM_SEGMENT_HUGE,   /* one block in a mapping of its own (may exceed SM_SEGMENT_SIZE) */
+} sm_segment_kind_t;
+
+/* ---- segments: SEGMENT_SIZE-aligned OS regions; header at the start ---- */
+typedef struct sm_segment_s {
+  _Atomic(uintptr_t) thread_id; /* owner thread's id; 0 when abandoned or huge */
+  uint8_t kind;
+  uint8_t in_free_queue; /* in the tld queue of segments with an unused page */
+  uint8_t purged;        /* cached segment whose memory was given back (reads as zero) */
+  size_t page_shift;    /* page index = (p - segment) >> page_shift */
+  size_t page_count;    /* pages in this segment */
+  size_t used;          /* pages in use */
+  size_t size;          /* bytes from the segment start to its end */
+  uint8_t *map_start;   /* the OS mapping (differs from the segment for over-aligned huge blocks) */
+  size_t map_size;
+  uint64_t purge_at;    /* for cached segments: when to purge their pages */
+  struct sm_segment_s *next, *prev;   /* tld free queue or cache */
+  struct sm_segment_s *abandoned_next;
+  uintptr_t cookie;     /* address ^ process secret: a cheap validity check */
+  sm_page_t pages[];    /* page_count entries */
+} sm_segment_t;
+
+typedef struct sm_page_queue_s {
+  sm_page_t *first, *last;
+  size_t block_size;
+} sm_page_queue_t;
+
+typedef struct sm_segment_queue_s {
+  sm_segment_t *first, *last;
+} sm_segment_queue_t;
+
+/* ---- per-thread segment bookkeeping ---- */
+typedef struct sm_tld_s {
+  sm_segment_queue_t small_free;  /* small segments with an unused page */
+  sm_segment_queue_t medium_free; /* medium segments with an unused page */
+  sm_segment_queue_t cache;       /* whole unused segments kept for reuse */
+  size_t cache_count;
+  size_t segment_count;           /* segments owned (excluding cache) */
+  sm_page_t *purge_first, *purge_last; /* unused pages waiting to be purged, oldest first */
+  uint64_t now_ms;                /* last clock reading */
+} sm_tld_t;
+
+/* ---- heaps: one per thread ---- */
+typedef struct sm_heap_s {
+  sm_page_t *pages_direct[SM_DIRECT_COUNT]; /* small size -> page with (maybe) free blocks */
+  sm_page_queue_t pages[SM_BIN_FULL + 1];   /* per size class, plus the full queue */
+  _Atomic(sm_block_t *) thread_delayed_free; /* remote frees into full pages */
+  uintptr_t thread_id;
+  sm_tld_t *tld;
+  size_t page_count;
+  size_t retired_min, retired_max; /* bins that may hold a retired (kept empty) page */
+  uint64_t random;
+  struct sm_heap_s *pool_next;
+} sm_heap_t;
+
+/* heap and tld of one thread, allocated together */
+typedef struct sm_thread_data_s {
+  sm_heap_t heap;
+  sm_tld_t tld;
+} sm_thread_data_t;
+
+/* ---- layout facts the code relies on ---- */
+_Static_assert((SM_SEGMENT_SIZE & (SM_SEGMENT_SIZE - 1)) == 0, "segment size is a power of two");
+_Static_assert(SM_SEGMENT_SIZE % SM_MEDIUM_PAGE_SIZE == 0, "medium pages tile a segment");
+_Static_assert(sizeof(sm_block_t) == SM_INTPTR_SIZE, "a free block holds one pointer");
+_Static_assert(sizeof(void *) == 8, "64-bit platforms only");
+_Static_assert(SM_DIRECT_MAX <= SM_SMALL_OBJ_MAX, "direct sizes are small");
+_Static_assert(offsetof(sm_page_t, free) == 0, "free list first: one load on the fast path");
+
+#endif

@@ -1,0 +1,12 @@
+/* unity.c: the whole library as one translation unit, so the compiler sees (and inlines) across
+ * files. This is what CMake compiles into libshardmalloc.so, libshardmalloc.a and shardmalloc.o. */
+#include "os_linux.c"
+#include "options.c"
+#include "sizeclass.c"
+#include "segment.c"
+#include "page.c"
+#include "heap.c"
+#include "free.c"
+#include "alloc.c"
+#include "init.c"
+#include "override.c"
