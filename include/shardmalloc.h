@@ -71,6 +71,8 @@ SM_EXPORT int sm_version(void);
 /* Give back what can be given back: free retired empty pages, purge pending memory now,
  * flush the segment cache; with force, also reclaim and release abandoned segments. */
 SM_EXPORT void sm_collect(bool force);
+/* print event counters (segments, pages, purges, threads) to stderr */
+SM_EXPORT void sm_stats_print(void);
 /* true iff p points into memory that shardmalloc manages (any block, live or free) */
 SM_EXPORT bool sm_check_owned(const void *p);
 

@@ -12,7 +12,11 @@ void smi_heap_init(sm_heap_t *heap, sm_tld_t *tld, uintptr_t thread_id) {
   heap->tld = tld;
   heap->retired_min = SM_BIN_COUNT; /* empty range */
   heap->retired_max = 0;
-  smi_os_random_bytes(&heap->random, sizeof heap->random);
+  /* per-heap randomness without a system call: a splitmix64 step of the process secret */
+  uint64_t x = smi_process_secret + thread_id * 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  heap->random = x ^ (x >> 31);
 }
 
 /* Blocks that other threads freed into our full pages. Each is freed as the owner would, which
@@ -63,12 +67,14 @@ void smi_heap_collect(sm_heap_t *heap, bool force) {
     }
   }
   if (force) {
-    while (smi_segments_reclaim_abandoned(heap, 64)) {
+    /* adopt every abandoned segment (a bounded number of rounds), so empty ones are released */
+    for (int round = 0; round < 64 && smi_segments_abandoned_any(); round++) {
+      smi_segments_reclaim_abandoned(heap, 64, -1);
       smi_heap_collect(heap, false);
     }
   }
   smi_segments_purge_expired(heap->tld, true);
-  smi_segment_cache_flush(heap->tld);
+  if (force) smi_segment_cache_flush();
 }
 
 /* Thread exit: detach every page from the heap so that later frees go to the pages themselves,

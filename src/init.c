@@ -44,6 +44,7 @@ void smi_process_init(void) {
     smi_os_random_bytes(&smi_process_secret, sizeof smi_process_secret);
     smi_process_secret |= 1;
     smi_options_init();
+    smi_stats_init();
 #if SM_DEBUG
     smi_sizeclass_check();
 #endif
@@ -123,6 +124,7 @@ sm_heap_t *smi_thread_init(void) {
   smi_heap_init(&td->heap, &td->tld, tid);
   smi_tls_heap = &td->heap;
   smi_tls_tid = tid;
+  smi_stat_inc(SM_STAT_THREAD_INIT);
   /* from here on this thread can allocate, so the calls below may re-enter malloc */
   process_init_late();
   pthread_setspecific(thread_key, td);
@@ -133,6 +135,7 @@ sm_heap_t *smi_thread_init(void) {
 static void thread_done(void *value) {
   sm_thread_data_t *td = value;
   if (td == NULL || smi_tls_heap != &td->heap) return;
+  smi_stat_inc(SM_STAT_THREAD_DONE);
   smi_heap_abandon(&td->heap);
   smi_tls_heap = &smi_heap_empty;
   smi_tls_tid = 1;

@@ -44,7 +44,8 @@ typedef enum {
   SM_OPT_SHOW_ERRORS,
   SM_OPT_PURGE_DELAY,     /* ms before an unused page is given back; 0 = at once, -1 = never */
   SM_OPT_PURGE_DECOMMITS, /* 1: MADV_DONTNEED (RSS drops at once), 0: MADV_FREE (lazy) */
-  SM_OPT_SEGMENT_CACHE,   /* whole segments a thread may keep for reuse */
+  SM_OPT_SEGMENT_CACHE,   /* whole unused segments kept for reuse (process-wide) */
+  SM_OPT_SHOW_STATS,      /* print the statistics at exit */
   SM_OPT_COUNT
 } smi_option_t;
 long smi_option(smi_option_t opt);
@@ -52,6 +53,36 @@ void smi_options_init(void);
 void smi_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void smi_warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void smi_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- stats.c ---- */
+#define SM_STATS_LIST(X)                                  \
+  X(SEGMENT_MAP, "segments mapped")                       \
+  X(SEGMENT_UNMAP, "segments unmapped")                   \
+  X(SEGMENT_CACHE_HIT, "segments reused from cache")      \
+  X(SEGMENT_ABANDON, "segments abandoned")                \
+  X(SEGMENT_RECLAIM, "segments reclaimed")                \
+  X(PAGE_ALLOC, "pages allocated")                        \
+  X(PAGE_FREE, "pages freed")                             \
+  X(PAGE_PURGE, "pages purged")                           \
+  X(PAGE_TO_FULL, "pages moved to full")                  \
+  X(HUGE_ALLOC, "huge blocks mapped")                     \
+  X(HUGE_FREE, "huge blocks unmapped")                    \
+  X(THREAD_INIT, "threads started")                       \
+  X(THREAD_DONE, "threads ended")
+typedef enum {
+#define SM_STAT_ENUM(name, text) SM_STAT_##name,
+  SM_STATS_LIST(SM_STAT_ENUM)
+#undef SM_STAT_ENUM
+  SM_STAT_COUNT
+} smi_stat_t;
+typedef struct smi_stats_s {
+  _Atomic(int64_t) counter[SM_STAT_COUNT];
+} smi_stats_t;
+extern smi_stats_t smi_stats;
+static inline void smi_stat_inc(smi_stat_t s) {
+  atomic_fetch_add_explicit(&smi_stats.counter[s], 1, memory_order_relaxed);
+}
+void smi_stats_init(void);
 
 /* ---- sizeclass.c ---- */
 extern const uint32_t smi_bin_sizes[SM_BIN_COUNT];
@@ -75,9 +106,11 @@ void *smi_huge_alloc(size_t size, size_t alignment, bool zero);
 void smi_huge_free(sm_segment_t *segment);
 bool smi_huge_resize_in_place(sm_segment_t *segment, size_t newsize);
 void smi_segments_abandon(sm_heap_t *heap);
-bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max);
+bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max, int kind);
+bool smi_segments_abandoned_any(void);
 void smi_segments_purge_expired(sm_tld_t *tld, bool force);
-void smi_segment_cache_flush(sm_tld_t *tld);
+void smi_segment_cache_flush(void);
+bool smi_segment_cache_pending(void);
 bool smi_segment_is_registered(const sm_segment_t *segment);
 void smi_abandoned_lock_reset(void);
 

@@ -18,7 +18,8 @@ static option_desc_t options[SM_OPT_COUNT] = {
     [SM_OPT_SHOW_ERRORS] = {SM_DEBUG || SM_SECURE, "show_errors"},
     [SM_OPT_PURGE_DELAY] = {10, "purge_delay"},
     [SM_OPT_PURGE_DECOMMITS] = {1, "purge_decommits"},
-    [SM_OPT_SEGMENT_CACHE] = {8, "segment_cache"},
+    [SM_OPT_SEGMENT_CACHE] = {16, "segment_cache"},
+    [SM_OPT_SHOW_STATS] = {0, "show_stats"},
 };
 
 long smi_option(smi_option_t opt) { return options[opt].value; }

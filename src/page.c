@@ -168,6 +168,7 @@ void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t a
 /* ---- full pages ---- */
 
 static void page_to_full(sm_heap_t *heap, sm_page_t *page) {
+  smi_stat_inc(SM_STAT_PAGE_TO_FULL);
   smi_page_queue_remove(heap, page);
   page->flags.x.in_full = 1;
   page_queue_append(heap, &heap->pages[SM_BIN_FULL], page);
@@ -248,12 +249,17 @@ void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero) {
     heap = smi_thread_init();
     if (heap == NULL) return smi_enomem();
   }
-  if (atomic_load_explicit(&heap->thread_delayed_free, memory_order_relaxed) != NULL) smi_heap_delayed_free(heap);
-  if (heap->retired_min <= heap->retired_max) smi_heap_retired_collect(heap, false);
-  if (heap->tld->purge_first != NULL || heap->tld->cache.first != NULL) smi_segments_purge_expired(heap->tld, false);
-  if (sm_unlikely(size > SM_LARGE_OBJ_MAX)) return smi_huge_alloc(size, 0, zero);
-
-  sm_page_t *page = page_queue_find_free(heap, smi_bin_of(size));
+  size_t bin = smi_bin_of(size);
+  /* sizes above the direct table: the first page of the bin, while it has blocks */
+  sm_page_t *page = size <= SM_LARGE_OBJ_MAX ? heap->pages[bin].first : NULL;
+  if (page == NULL || page->free == NULL) {
+    /* housekeeping happens here, when a page has run dry, not on every call */
+    if (atomic_load_explicit(&heap->thread_delayed_free, memory_order_relaxed) != NULL) smi_heap_delayed_free(heap);
+    if (heap->retired_min <= heap->retired_max) smi_heap_retired_collect(heap, false);
+    if (heap->tld->purge_first != NULL || smi_segment_cache_pending()) smi_segments_purge_expired(heap->tld, false);
+    if (sm_unlikely(size > SM_LARGE_OBJ_MAX)) return smi_huge_alloc(size, 0, zero);
+    page = page_queue_find_free(heap, bin);
+  }
   if (sm_unlikely(page == NULL)) return smi_enomem();
   bool is_zero = page->free_is_zero;
   void *p = smi_page_pop(page, page->free);

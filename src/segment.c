@@ -3,7 +3,7 @@
  *   small segment   64 pages of 64 KiB  (blocks up to 16 KiB)
  *   medium segment   8 pages of 512 KiB (blocks up to 128 KiB)
  *   large segment    1 page             (blocks up to 2 MiB)
- *   huge segment     1 block in a mapping sized to fit (never in a heap queue, never cached)
+ *   huge segment     1 block in a mapping of whole segments (never in a heap queue)
  * The header (segment_t and its page_t array) fills the first OS page(s); page 0 starts after it.
  *
  * A thread owns its segments (segment->thread_id). It keeps those with an unused page in a queue
@@ -72,7 +72,120 @@ static sm_segment_queue_t *segment_free_queue(sm_tld_t *tld, const sm_segment_t 
   return s->kind == SM_SEGMENT_SMALL ? &tld->small_free : s->kind == SM_SEGMENT_MEDIUM ? &tld->medium_free : NULL;
 }
 
+static void segment_os_free(sm_segment_t *segment) {
+  smi_stat_inc(segment->kind == SM_SEGMENT_HUGE ? SM_STAT_HUGE_FREE : SM_STAT_SEGMENT_UNMAP);
+  segment_map_set(segment, false);
+  smi_os_free(segment->map_start, segment->map_size);
+}
+
+/* ---- the segment cache: unused mappings (whole segments, huge ones too), shared by all threads
+ * A fixed array of slots, each holding one mapping or 0. A slot word is the segment address with
+ * its size in SEGMENT_SIZE units in the low bits (segments are aligned), so a thread can pick a
+ * fitting entry without touching memory it does not own; an entry changes hands with one CAS, so
+ * there is no lock and no ABA problem. Entries are purged (one-segment ones) or unmapped (larger)
+ * once the purge delay has passed, by whichever thread sweeps next. */
+#define SM_CACHE_SLOTS 64
+#define SM_CACHE_MAX_UNITS 64 /* at most 256 MiB of address space waits in the cache */
+static _Atomic(uintptr_t) segment_cache[SM_CACHE_SLOTS];
+static _Atomic(size_t) segment_cache_count;
+static _Atomic(size_t) segment_cache_units;
+static _Atomic(uint64_t) segment_cache_sweep_at = UINT64_MAX; /* earliest pending purge */
+
+bool smi_segment_cache_pending(void) {
+  return atomic_load_explicit(&segment_cache_sweep_at, memory_order_relaxed) != UINT64_MAX;
+}
+
+static size_t cache_units(const sm_segment_t *segment) { return segment->map_size >> SM_SEGMENT_SHIFT; }
+
+static bool segment_cache_push(sm_segment_t *segment) {
+  size_t units = cache_units(segment);
+  size_t limit = (size_t)smi_option(SM_OPT_SEGMENT_CACHE);
+  if (limit > SM_CACHE_SLOTS) limit = SM_CACHE_SLOTS;
+  if ((uint8_t *)segment != segment->map_start || (segment->map_size & SM_SEGMENT_MASK) != 0 ||
+      atomic_load_explicit(&segment_cache_count, memory_order_relaxed) >= limit ||
+      atomic_load_explicit(&segment_cache_units, memory_order_relaxed) + units > SM_CACHE_MAX_UNITS)
+    return false;
+  size_t start = ((uintptr_t)segment >> SM_SEGMENT_SHIFT) % SM_CACHE_SLOTS;
+  for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
+    uintptr_t expected = 0;
+    if (atomic_compare_exchange_strong_explicit(&segment_cache[(start + i) % SM_CACHE_SLOTS], &expected,
+                                                (uintptr_t)segment | units, memory_order_release,
+                                                memory_order_relaxed)) {
+      atomic_fetch_add_explicit(&segment_cache_count, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&segment_cache_units, units, memory_order_relaxed);
+      return true;
+    }
+  }
+  return false;
+}
+
+/* take a cached mapping of min_units..max_units segments */
+static sm_segment_t *segment_cache_pop(size_t start, size_t min_units, size_t max_units) {
+  if (atomic_load_explicit(&segment_cache_count, memory_order_relaxed) == 0) return NULL;
+  for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
+    _Atomic(uintptr_t) *slot = &segment_cache[(start + i) % SM_CACHE_SLOTS];
+    uintptr_t entry = atomic_load_explicit(slot, memory_order_relaxed);
+    size_t units = entry & SM_SEGMENT_MASK;
+    if (entry == 0 || units < min_units || units > max_units) continue;
+    if (atomic_compare_exchange_strong_explicit(slot, &entry, 0, memory_order_acquire, memory_order_relaxed)) {
+      atomic_fetch_sub_explicit(&segment_cache_count, 1, memory_order_relaxed);
+      atomic_fetch_sub_explicit(&segment_cache_units, units, memory_order_relaxed);
+      smi_stat_inc(SM_STAT_SEGMENT_CACHE_HIT);
+      return (sm_segment_t *)(entry & ~(uintptr_t)SM_SEGMENT_MASK);
+    }
+  }
+  return NULL;
+}
+
+/* Purge (or unmap) cached mappings whose delay has passed; with force, unmap them all. */
+static void segment_cache_sweep(uint64_t now, bool force) {
+  uint64_t at = atomic_load_explicit(&segment_cache_sweep_at, memory_order_relaxed);
+  if (!force && (now < at || !atomic_compare_exchange_strong(&segment_cache_sweep_at, &at, now + 1))) return;
+  uint64_t next = UINT64_MAX;
+  for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
+    _Atomic(uintptr_t) *slot = &segment_cache[i];
+    uintptr_t entry = atomic_load_explicit(slot, memory_order_relaxed);
+    if (entry == 0 || !atomic_compare_exchange_strong_explicit(slot, &entry, 0, memory_order_acquire, memory_order_relaxed))
+      continue;
+    sm_segment_t *segment = (sm_segment_t *)(entry & ~(uintptr_t)SM_SEGMENT_MASK);
+    atomic_fetch_sub_explicit(&segment_cache_count, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&segment_cache_units, entry & SM_SEGMENT_MASK, memory_order_relaxed);
+    bool expired = force || (!segment->purged && segment->purge_at <= now);
+    if (expired && (force || segment->map_size > SM_SEGMENT_SIZE)) {
+      segment_os_free(segment);
+      continue;
+    }
+    if (expired) {
+      smi_os_purge((uint8_t *)segment + SM_OS_PAGE_SIZE, segment->size - SM_OS_PAGE_SIZE, true);
+      segment->purged = 1;
+    }
+    if (!segment->purged && segment->purge_at < next) next = segment->purge_at;
+    if (!segment_cache_push(segment)) segment_os_free(segment);
+  }
+  /* keep an earlier deadline that a concurrent free set meanwhile */
+  uint64_t cur = atomic_load_explicit(&segment_cache_sweep_at, memory_order_relaxed);
+  while ((cur == now + 1 || cur > next) && !atomic_compare_exchange_weak(&segment_cache_sweep_at, &cur, next)) {}
+}
+
+/* An unused mapping goes to the cache (to be purged after the delay) or back to the OS. */
+static void segment_cache_release(sm_segment_t *segment, uint64_t now) {
+  long delay = smi_option(SM_OPT_PURGE_DELAY);
+  atomic_store_explicit(&segment->thread_id, 0, memory_order_relaxed);
+  segment->purged = delay < 0; /* never purge: count it as done */
+  segment->purge_at = now + (uint64_t)(delay < 0 ? 0 : delay);
+  if (delay == 0 || !segment_cache_push(segment)) {
+    segment_os_free(segment);
+    return;
+  }
+  uint64_t at = atomic_load_explicit(&segment_cache_sweep_at, memory_order_relaxed);
+  while (!segment->purged && segment->purge_at < at &&
+         !atomic_compare_exchange_weak(&segment_cache_sweep_at, &at, segment->purge_at)) {}
+}
+
+void smi_segment_cache_flush(void) { segment_cache_sweep(0, true); }
+
 /* ---- purging unused pages after a delay ---- */
+
 
 static uint64_t tld_now(sm_tld_t *tld) { return tld->now_ms = smi_os_now_ms(); }
 
@@ -91,6 +204,7 @@ static void purge_list_remove(sm_tld_t *tld, sm_page_t *page) {
 }
 
 static void page_purge(sm_segment_t *segment, sm_page_t *page) {
+  smi_stat_inc(SM_STAT_PAGE_PURGE);
   bool zero = smi_os_purge(page->start, page_area(segment, page), smi_option(SM_OPT_PURGE_DECOMMITS) != 0);
   page->mem_is_zero = zero;
 }
@@ -103,12 +217,7 @@ void smi_segments_purge_expired(sm_tld_t *tld, bool force) {
     purge_list_remove(tld, page);
     page_purge(smi_page_segment(page), page);
   }
-  for (sm_segment_t *s = tld->cache.first; s != NULL; s = s->next) {
-    if (!s->purged && (force || s->purge_at <= now)) {
-      smi_os_purge((uint8_t *)s + SM_OS_PAGE_SIZE, s->size - SM_OS_PAGE_SIZE, true);
-      s->purged = 1;
-    }
-  }
+  if (smi_segment_cache_pending()) segment_cache_sweep(now, false);
 }
 
 /* ---- segment allocation ---- */
@@ -143,13 +252,12 @@ static void segment_init_header(sm_segment_t *segment, sm_segment_kind_t kind, s
 
 static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
   sm_tld_t *tld = heap->tld;
-  sm_segment_t *segment = tld->cache.first;
+  sm_segment_t *segment = segment_cache_pop((size_t)heap->thread_id, 1, 1);
   bool zero;
   if (segment != NULL) {
-    segment_queue_remove(&tld->cache, segment);
-    tld->cache_count--;
     zero = segment->purged;
   } else {
+    smi_stat_inc(SM_STAT_SEGMENT_MAP);
     segment = smi_os_alloc_aligned(SM_SEGMENT_SIZE, SM_SEGMENT_SIZE, 0);
     if (segment == NULL) return NULL;
     zero = true;
@@ -167,12 +275,7 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
   return segment;
 }
 
-static void segment_os_free(sm_segment_t *segment) {
-  segment_map_set(segment, false);
-  smi_os_free(segment->map_start, segment->map_size);
-}
-
-/* A segment with no page in use: keep it in the thread's cache or give it back. */
+/* A segment with no page in use: into the cache, or back to the OS. */
 static void segment_free(sm_segment_t *segment, sm_tld_t *tld) {
   sm_segment_queue_t *q = segment_free_queue(tld, segment);
   if (segment->in_free_queue) segment_queue_remove(q, segment);
@@ -181,27 +284,7 @@ static void segment_free(sm_segment_t *segment, sm_tld_t *tld) {
     if (segment->pages[i].purge_pending) purge_list_remove(tld, &segment->pages[i]);
   }
   tld->segment_count--;
-  long delay = smi_option(SM_OPT_PURGE_DELAY);
-  size_t limit = 1 + tld->segment_count / 4;
-  if (limit > (size_t)smi_option(SM_OPT_SEGMENT_CACHE)) limit = (size_t)smi_option(SM_OPT_SEGMENT_CACHE);
-  if (tld->cache_count < limit && delay != 0) {
-    segment->purged = 0;
-    segment->purge_at = tld_now(tld) + (uint64_t)(delay < 0 ? 0 : delay);
-    if (delay < 0) segment->purged = 1; /* never purge: treat as done */
-    segment_queue_push(&tld->cache, segment);
-    tld->cache_count++;
-    return;
-  }
-  segment_os_free(segment);
-}
-
-void smi_segment_cache_flush(sm_tld_t *tld) {
-  sm_segment_t *s;
-  while ((s = tld->cache.first) != NULL) {
-    segment_queue_remove(&tld->cache, s);
-    tld->cache_count--;
-    segment_os_free(s);
-  }
+  segment_cache_release(segment, tld_now(tld));
 }
 
 /* ---- pages ---- */
@@ -214,7 +297,7 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size) {
   sm_segment_t *segment = q != NULL ? q->first : NULL;
   if (segment == NULL) {
     /* before mapping more memory, adopt segments of threads that have ended */
-    if (smi_segments_reclaim_abandoned(heap, 8) && q != NULL) segment = q->first;
+    if (smi_segments_reclaim_abandoned(heap, 8, kind) && q != NULL) segment = q->first;
     if (segment == NULL) segment = segment_alloc(heap, kind);
     if (segment == NULL) return NULL;
   }
@@ -226,6 +309,7 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size) {
     }
   }
   sm_assert(page != NULL);
+  smi_stat_inc(SM_STAT_PAGE_ALLOC);
   page->in_use = 1;
   if (++segment->used == segment->page_count && segment->in_free_queue) {
     segment_queue_remove(q, segment);
@@ -240,6 +324,7 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size) {
 void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld) {
   sm_segment_t *segment = smi_page_segment(page);
   sm_assert(page->in_use && segment->used > 0);
+  smi_stat_inc(SM_STAT_PAGE_FREE);
   page->in_use = 0;
   page->free = page->local_free = NULL;
   page->mem_is_zero = 0;
@@ -268,7 +353,6 @@ void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld) {
 /* ---- huge blocks: one mapping each, owned by no thread, freed by whoever frees the block ---- */
 
 void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
-  (void)zero; /* fresh mappings are zero */
   if (size > SM_MAX_ALLOC_SIZE) return smi_enomem();
   size_t header = segment_header_size(1), offset, align;
   if (alignment <= header) {
@@ -281,11 +365,25 @@ void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
     offset = SM_SEGMENT_SIZE;
     align = alignment;
   }
-  size_t map_size = smi_align_up(offset + size, smi_os_page_size());
+  /* whole segments, so that freed huge mappings can be cached and reused for other sizes */
+  size_t map_size = smi_align_up(offset + size, SM_SEGMENT_SIZE);
   if (map_size < size) return smi_enomem();
-  sm_segment_t *segment = smi_os_alloc_aligned(map_size, align, align == SM_SEGMENT_SIZE ? 0 : offset);
-  if (segment == NULL) return smi_enomem();
-  segment_init_header(segment, SM_SEGMENT_HUGE, 1, SM_LARGE_PAGE_SHIFT, map_size, 0, true);
+  sm_segment_t *segment = NULL;
+  bool mem_zero = true;
+  if (align == SM_SEGMENT_SIZE) {
+    size_t units = map_size >> SM_SEGMENT_SHIFT;
+    segment = segment_cache_pop(units, units, units + units / 4);
+    if (segment != NULL) {
+      map_size = segment->map_size;
+      mem_zero = segment->purged;
+    }
+  }
+  if (segment == NULL) {
+    segment = smi_os_alloc_aligned(map_size, align, align == SM_SEGMENT_SIZE ? 0 : offset);
+    if (segment == NULL) return smi_enomem();
+    smi_stat_inc(SM_STAT_HUGE_ALLOC);
+  }
+  segment_init_header(segment, SM_SEGMENT_HUGE, 1, SM_LARGE_PAGE_SHIFT, map_size, 0, mem_zero);
   sm_page_t *page = &segment->pages[0];
   page->start = (uint8_t *)segment + offset;
   page->block_size = map_size - offset;
@@ -293,15 +391,20 @@ void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
   page->in_use = 1;
   segment->used = 1;
   segment_map_set(segment, true);
+  if (zero && !mem_zero) memset(page->start, 0, size);
   return page->start;
 }
 
-void smi_huge_free(sm_segment_t *segment) { segment_os_free(segment); }
+void smi_huge_free(sm_segment_t *segment) {
+  if ((uint8_t *)segment == segment->map_start) segment_cache_release(segment, smi_os_now_ms());
+  else segment_os_free(segment);
+}
 
 /* ---- thread exit: abandon; other threads reclaim ---- */
 
 static _Atomic(bool) abandoned_lock;
-static sm_segment_t *abandoned_first; /* guarded by abandoned_lock */
+/* FIFO, so every abandoned segment comes round again; guarded by abandoned_lock */
+static sm_segment_t *abandoned_first, *abandoned_last;
 static _Atomic(size_t) abandoned_count;
 
 static bool abandoned_trylock(void) {
@@ -313,17 +416,22 @@ static void abandoned_unlock(void) { atomic_store_explicit(&abandoned_lock, fals
  * critical sections only swap two pointers, so the list is intact either way. */
 void smi_abandoned_lock_reset(void) { atomic_store_explicit(&abandoned_lock, false, memory_order_relaxed); }
 
+bool smi_segments_abandoned_any(void) { return atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0; }
+
 static void segment_abandon(sm_segment_t *segment, sm_tld_t *tld) {
   sm_segment_queue_t *q = segment_free_queue(tld, segment);
   if (segment->in_free_queue) segment_queue_remove(q, segment);
   segment->in_free_queue = 0;
   tld->segment_count--;
   atomic_store_explicit(&segment->thread_id, 0, memory_order_release);
+  smi_stat_inc(SM_STAT_SEGMENT_ABANDON);
   for (unsigned spins = 0; !abandoned_trylock(); spins++) {
     if (spins > 64) sched_yield();
   }
-  segment->abandoned_next = abandoned_first;
-  abandoned_first = segment;
+  segment->abandoned_next = NULL;
+  if (abandoned_last != NULL) abandoned_last->abandoned_next = segment;
+  else abandoned_first = segment;
+  abandoned_last = segment;
   abandoned_unlock();
   atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
 }
@@ -355,11 +463,11 @@ void smi_segments_abandon(sm_heap_t *heap) {
     sm_assert(s->used == 0);
     segment_free(s, tld);
   }
-  smi_segment_cache_flush(tld);
 }
 
 static void segment_reclaim(sm_segment_t *segment, sm_heap_t *heap) {
   sm_tld_t *tld = heap->tld;
+  smi_stat_inc(SM_STAT_SEGMENT_RECLAIM);
   atomic_store_explicit(&segment->thread_id, heap->thread_id, memory_order_release);
   tld->segment_count++;
   for (size_t i = 0; i < segment->page_count; i++) {
@@ -386,18 +494,27 @@ static void segment_reclaim(sm_segment_t *segment, sm_heap_t *heap) {
   }
 }
 
-/* Adopt up to `max` abandoned segments. The lock is only tried: a thread never waits here. */
-bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max) {
-  bool any = false;
-  for (size_t n = 0; n < max && atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0; n++) {
+/* Adopt abandoned segments, oldest first, until one offers an unused page of `kind` (or `max`
+ * were taken). Segments whose blocks were all freed meanwhile go back to the cache on the way.
+ * The lock is only tried: a thread never waits here. */
+bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max, int kind) {
+  bool useful = false;
+  for (size_t n = 0; n < max && !useful && atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0; n++) {
     if (!abandoned_trylock()) break;
     sm_segment_t *segment = abandoned_first;
-    if (segment != NULL) abandoned_first = segment->abandoned_next;
+    if (segment != NULL) {
+      abandoned_first = segment->abandoned_next;
+      if (abandoned_first == NULL) abandoned_last = NULL;
+    }
     abandoned_unlock();
     if (segment == NULL) break;
     atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+    useful = segment->kind == kind;
     segment_reclaim(segment, heap);
-    any = true;
+    if (useful) {
+      sm_segment_queue_t *q = kind == SM_SEGMENT_SMALL ? &heap->tld->small_free : kind == SM_SEGMENT_MEDIUM ? &heap->tld->medium_free : NULL;
+      useful = q == NULL || q->first != NULL;
+    }
   }
-  return any;
+  return useful;
 }

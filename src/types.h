@@ -126,7 +126,7 @@ typedef struct sm_segment_s {
   uint8_t *map_start;   /* the OS mapping (differs from the segment for over-aligned huge blocks) */
   size_t map_size;
   uint64_t purge_at;    /* for cached segments: when to purge their pages */
-  struct sm_segment_s *next, *prev;   /* tld free queue or cache */
+  struct sm_segment_s *next, *prev;   /* tld queue of segments with an unused page */
   struct sm_segment_s *abandoned_next;
   uintptr_t cookie;     /* address ^ process secret: a cheap validity check */
   sm_page_t pages[];    /* page_count entries */
@@ -145,8 +145,6 @@ typedef struct sm_segment_queue_s {
 typedef struct sm_tld_s {
   sm_segment_queue_t small_free;  /* small segments with an unused page */
   sm_segment_queue_t medium_free; /* medium segments with an unused page */
-  sm_segment_queue_t cache;       /* whole unused segments kept for reuse */
-  size_t cache_count;
   size_t segment_count;           /* segments owned (excluding cache) */
   sm_page_t *purge_first, *purge_last; /* unused pages waiting to be purged, oldest first */
   uint64_t now_ms;                /* last clock reading */

@@ -2,6 +2,7 @@
  * files. This is what CMake compiles into libshardmalloc.so, libshardmalloc.a and shardmalloc.o. */
 #include "os_linux.c"
 #include "options.c"
+#include "stats.c"
 #include "sizeclass.c"
 #include "segment.c"
 #include "page.c"
