@@ -64,7 +64,7 @@ SM_EXPORT SM_MALLOC_ATTR SM_ALLOC_SIZE(1) void *sm_malloc_aligned_at(size_t size
 SM_EXPORT SM_MALLOC_ATTR char *sm_strdup(const char *s);
 SM_EXPORT SM_MALLOC_ATTR char *sm_strndup(const char *s, size_t n);
 /* realpath(3) with the result (when resolved_name is NULL) allocated by shardmalloc */
-SM_EXPORT SM_MALLOC_ATTR char *sm_realpath(const char *fname, char *resolved_name);
+SM_EXPORT char *sm_realpath(const char *fname, char *resolved_name); /* may return resolved_name */
 
 /* ---- process ---- */
 SM_EXPORT int sm_version(void);

@@ -61,8 +61,29 @@ static sm_block_t *page_block_of(const sm_page_t *page, const void *p) {
 }
 
 #if SM_CHECK_FREES
+static bool list_contains(const sm_page_t *page, const sm_block_t *list, const sm_block_t *block) {
+  for (uint32_t n = 0; list != NULL && n <= page->capacity; n++, list = smi_block_next(page, list)) {
+    if (list == block) return true;
+  }
+  return false;
+}
+
+/* A free block's link word decodes to NULL or to a block of the same page; a live block's rarely
+ * does (in secure builds links are encoded), so only suspicious blocks pay for the list scans. */
+static bool block_is_free(const sm_page_t *page, const sm_block_t *block) {
+  uintptr_t next = (uintptr_t)smi_block_next(page, block);
+  size_t span = (size_t)page->capacity * page->block_size;
+  if (next != 0 && (next < (uintptr_t)page->start || next >= (uintptr_t)page->start + span ||
+                    (next - (uintptr_t)page->start) % page->block_size != 0))
+    return false;
+  uintptr_t tf = atomic_load_explicit(&((sm_page_t *)page)->thread_free, memory_order_acquire);
+  return list_contains(page, page->free, block) || list_contains(page, page->local_free, block) ||
+         list_contains(page, smi_tf_block(tf), block);
+}
+
 /* Is p a block (or aligned pointer into a block) that shardmalloc handed out and that is not free?
- * Reports and returns false for foreign, interior, and already-freed pointers. */
+ * Reports and returns false for foreign, interior, and already-freed pointers: the caller then
+ * ignores the free, so the heap is never corrupted by it. */
 static bool free_check(const void *p, sm_segment_t **segment_out, sm_page_t **page_out) {
   sm_segment_t *segment = smi_ptr_segment(p);
   if (sm_unlikely(!smi_segment_is_registered(segment) || segment->cookie != ((uintptr_t)segment ^ smi_process_secret))) {
@@ -73,6 +94,16 @@ static bool free_check(const void *p, sm_segment_t **segment_out, sm_page_t **pa
   if (sm_unlikely(!page->in_use || (const uint8_t *)p < page->start ||
                   (const uint8_t *)p >= page->start + (size_t)page->capacity * page->block_size)) {
     smi_error(EINVAL, "free of an invalid pointer %p (not in a live block)", p);
+    return false;
+  }
+  size_t offset = (size_t)((const uint8_t *)p - page->start);
+  if (sm_unlikely(offset % page->block_size != 0 && !page->flags.x.has_aligned)) {
+    smi_error(EINVAL, "free of an interior pointer %p (block %p of size %zu)", p, (void *)(page->start + offset - offset % page->block_size), page->block_size);
+    return false;
+  }
+  const sm_block_t *block = (const sm_block_t *)((const uint8_t *)p - offset % page->block_size);
+  if (segment->kind != SM_SEGMENT_HUGE && sm_unlikely(block_is_free(page, block))) {
+    smi_error(EINVAL, "double free of %p (block size %zu)", p, page->block_size);
     return false;
   }
   *segment_out = segment;

@@ -6,6 +6,7 @@
 
 #if SM_OVERRIDE
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -127,25 +128,51 @@ static sm_noinline void *new_failed(size_t size, size_t alignment, bool nothrow)
   }
 }
 
-static inline void *new_impl(size_t size, bool nothrow) {
-  void *p = sm_malloc(size);
-  return sm_likely(p != NULL) ? p : new_failed(size, 0, nothrow);
+/* nothrow new must return nullptr when the new-handler throws, which C cannot catch. libstdc++'s
+ * own nothrow operator does exactly that around the throwing operator new (ours), so on failure
+ * we defer to it when it is there (only this rare path looks it up). */
+typedef void *(*sm_nothrow_new_t)(size_t, const void *);
+typedef void *(*sm_nothrow_new_aligned_t)(size_t, size_t, const void *);
+
+static sm_noinline void *new_nothrow_failed(const char *libstdcxx_name, size_t size, size_t alignment, const void *tag) {
+  if (_ZSt15get_new_handlerv == NULL || _ZSt15get_new_handlerv() == NULL) return NULL;
+  void *next = dlsym(RTLD_NEXT, libstdcxx_name);
+  if (next == NULL) return new_failed(size, alignment, true); /* static binary: call the handler ourselves */
+  if (alignment == 0) return ((sm_nothrow_new_t)next)(size, tag);
+  return ((sm_nothrow_new_aligned_t)next)(size, alignment, tag);
 }
-static inline void *new_aligned_impl(size_t size, size_t alignment, bool nothrow) {
+
+static inline void *new_impl(size_t size) {
+  void *p = sm_malloc(size);
+  return sm_likely(p != NULL) ? p : new_failed(size, 0, false);
+}
+static inline void *new_aligned_impl(size_t size, size_t alignment) {
   void *p = smi_is_power_of_two(alignment) ? smi_malloc_aligned(smi_tls_heap, size, alignment, 0, false) : NULL;
-  return sm_likely(p != NULL) ? p : new_failed(size, smi_is_power_of_two(alignment) ? alignment : SM_SEGMENT_SIZE, nothrow);
+  return sm_likely(p != NULL) ? p : new_failed(size, smi_is_power_of_two(alignment) ? alignment : SM_SEGMENT_SIZE, false);
 }
 
 typedef struct { int unused; } sm_nothrow_t;
 
-SM_PUBLIC void *_Znwm(size_t n) { return new_impl(n, false); }
-SM_PUBLIC void *_Znam(size_t n) { return new_impl(n, false); }
-SM_PUBLIC void *_ZnwmRKSt9nothrow_t(size_t n, const sm_nothrow_t *t) { (void)t; return new_impl(n, true); }
-SM_PUBLIC void *_ZnamRKSt9nothrow_t(size_t n, const sm_nothrow_t *t) { (void)t; return new_impl(n, true); }
-SM_PUBLIC void *_ZnwmSt11align_val_t(size_t n, size_t a) { return new_aligned_impl(n, a, false); }
-SM_PUBLIC void *_ZnamSt11align_val_t(size_t n, size_t a) { return new_aligned_impl(n, a, false); }
-SM_PUBLIC void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const sm_nothrow_t *t) { (void)t; return new_aligned_impl(n, a, true); }
-SM_PUBLIC void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const sm_nothrow_t *t) { (void)t; return new_aligned_impl(n, a, true); }
+SM_PUBLIC void *_Znwm(size_t n) { return new_impl(n); }
+SM_PUBLIC void *_Znam(size_t n) { return new_impl(n); }
+SM_PUBLIC void *_ZnwmRKSt9nothrow_t(size_t n, const sm_nothrow_t *t) {
+  void *p = sm_malloc(n);
+  return sm_likely(p != NULL) ? p : new_nothrow_failed("_ZnwmRKSt9nothrow_t", n, 0, t);
+}
+SM_PUBLIC void *_ZnamRKSt9nothrow_t(size_t n, const sm_nothrow_t *t) {
+  void *p = sm_malloc(n);
+  return sm_likely(p != NULL) ? p : new_nothrow_failed("_ZnamRKSt9nothrow_t", n, 0, t);
+}
+SM_PUBLIC void *_ZnwmSt11align_val_t(size_t n, size_t a) { return new_aligned_impl(n, a); }
+SM_PUBLIC void *_ZnamSt11align_val_t(size_t n, size_t a) { return new_aligned_impl(n, a); }
+SM_PUBLIC void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const sm_nothrow_t *t) {
+  void *p = smi_is_power_of_two(a) ? smi_malloc_aligned(smi_tls_heap, n, a, 0, false) : NULL;
+  return sm_likely(p != NULL) ? p : new_nothrow_failed("_ZnwmSt11align_val_tRKSt9nothrow_t", n, a, t);
+}
+SM_PUBLIC void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const sm_nothrow_t *t) {
+  void *p = smi_is_power_of_two(a) ? smi_malloc_aligned(smi_tls_heap, n, a, 0, false) : NULL;
+  return sm_likely(p != NULL) ? p : new_nothrow_failed("_ZnamSt11align_val_tRKSt9nothrow_t", n, a, t);
+}
 
 SM_PUBLIC void _ZdlPv(void *p) { sm_free(p); }
 SM_PUBLIC void _ZdaPv(void *p) { sm_free(p); }

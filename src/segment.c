@@ -226,6 +226,7 @@ static size_t segment_header_size(size_t page_count) {
   return smi_align_up(sizeof(sm_segment_t) + page_count * sizeof(sm_page_t), SM_OS_PAGE_SIZE);
 }
 
+_Static_assert(sizeof(sm_segment_t) + sizeof(sm_page_t) <= SM_HUGE_HEADER_SIZE, "a huge header fits one page");
 _Static_assert(sizeof(sm_segment_t) + SM_SMALL_PAGES_PER_SEGMENT * sizeof(sm_page_t) <= SM_SMALL_PAGE_SIZE / 4,
                "segment metadata stays a small part of the first page");
 
@@ -354,7 +355,7 @@ void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld) {
 
 void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
   if (size > SM_MAX_ALLOC_SIZE) return smi_enomem();
-  size_t header = segment_header_size(1), offset, align;
+  size_t header = SM_HUGE_HEADER_SIZE, offset, align;
   if (alignment <= header) {
     offset = header;
     align = SM_SEGMENT_SIZE;
@@ -372,7 +373,7 @@ void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
   bool mem_zero = true;
   if (align == SM_SEGMENT_SIZE) {
     size_t units = map_size >> SM_SEGMENT_SHIFT;
-    segment = segment_cache_pop(units, units, units + units / 4);
+    segment = segment_cache_pop(units, units, units); /* exact: usable size == sm_good_size */
     if (segment != NULL) {
       map_size = segment->map_size;
       mem_zero = segment->purged;

@@ -47,6 +47,7 @@
 #define SM_SMALL_OBJ_MAX (SM_SMALL_PAGE_SIZE / 4)   /* 16 KiB */
 #define SM_MEDIUM_OBJ_MAX (SM_MEDIUM_PAGE_SIZE / 4) /* 128 KiB */
 #define SM_LARGE_OBJ_MAX (SM_SEGMENT_SIZE / 2)      /* 2 MiB; above: huge, a mapping of its own */
+#define SM_HUGE_HEADER_SIZE SM_OS_PAGE_SIZE         /* a huge segment's header: one page */
 
 /* direct table: sizes up to SM_DIRECT_MAX index heap->pages_direct by (size+7)/8 */
 #define SM_DIRECT_MAX 1024
