@@ -55,8 +55,8 @@ void smi_process_init(void) {
 }
 
 static void thread_done(void *value);
+static void fork_child(void);
 
-static void fork_child(void) { smi_abandoned_lock_reset(); }
 
 /* Registration that may itself call malloc (pthread_atfork allocates): done once a heap exists. */
 static void process_init_late(void) {
@@ -86,6 +86,13 @@ static void pool_acquire(void) {
   }
 }
 static void pool_release(void) { atomic_store_explicit(&pool_lock, false, memory_order_release); }
+
+/* fork child: a lock held by a thread that does not exist in the child is released; both locks
+ * guard only a pointer swap or two, so their lists are intact either way */
+static void fork_child(void) {
+  smi_abandoned_lock_reset();
+  atomic_store_explicit(&pool_lock, false, memory_order_relaxed);
+}
 
 static sm_thread_data_t *thread_data_alloc(void) {
   bool expected = false;

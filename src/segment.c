@@ -171,15 +171,17 @@ static void segment_cache_sweep(uint64_t now, bool force) {
 static void segment_cache_release(sm_segment_t *segment, uint64_t now) {
   long delay = smi_option(SM_OPT_PURGE_DELAY);
   atomic_store_explicit(&segment->thread_id, 0, memory_order_relaxed);
-  segment->purged = delay < 0; /* never purge: count it as done */
-  segment->purge_at = now + (uint64_t)(delay < 0 ? 0 : delay);
+  bool purged = delay < 0; /* never purge: count it as done */
+  uint64_t purge_at = now + (uint64_t)(delay < 0 ? 0 : delay);
+  segment->purged = purged;
+  segment->purge_at = purge_at;
   if (delay == 0 || !segment_cache_push(segment)) {
     segment_os_free(segment);
     return;
   }
+  /* the segment may already be someone else's: only local copies from here on */
   uint64_t at = atomic_load_explicit(&segment_cache_sweep_at, memory_order_relaxed);
-  while (!segment->purged && segment->purge_at < at &&
-         !atomic_compare_exchange_weak(&segment_cache_sweep_at, &at, segment->purge_at)) {}
+  while (!purged && purge_at < at && !atomic_compare_exchange_weak(&segment_cache_sweep_at, &at, purge_at)) {}
 }
 
 void smi_segment_cache_flush(void) { segment_cache_sweep(0, true); }
@@ -419,41 +421,38 @@ void smi_abandoned_lock_reset(void) { atomic_store_explicit(&abandoned_lock, fal
 
 bool smi_segments_abandoned_any(void) { return atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0; }
 
-static void segment_abandon(sm_segment_t *segment, sm_tld_t *tld) {
-  sm_segment_queue_t *q = segment_free_queue(tld, segment);
-  if (segment->in_free_queue) segment_queue_remove(q, segment);
-  segment->in_free_queue = 0;
-  tld->segment_count--;
-  atomic_store_explicit(&segment->thread_id, 0, memory_order_release);
-  smi_stat_inc(SM_STAT_SEGMENT_ABANDON);
-  for (unsigned spins = 0; !abandoned_trylock(); spins++) {
-    if (spins > 64) sched_yield();
-  }
-  segment->abandoned_next = NULL;
-  if (abandoned_last != NULL) abandoned_last->abandoned_next = segment;
-  else abandoned_first = segment;
-  abandoned_last = segment;
-  abandoned_unlock();
-  atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
-}
-
 /* Called at thread exit once every page of the heap is in delay state NEVER and has no heap.
- * Pages still holding live blocks keep their segment alive; the rest is given back now. */
+ * Pages still holding live blocks keep their segment alive; the rest is given back now.
+ * Two phases: first detach everything privately (another thread may adopt a segment the moment
+ * it is published, so nothing of it may be touched afterwards), then publish in one step. */
 void smi_segments_abandon(sm_heap_t *heap) {
   sm_tld_t *tld = heap->tld;
+  sm_segment_t *first = NULL, *last = NULL;
+  size_t count = 0;
   for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) {
     sm_page_t *page = heap->pages[bin].first;
     while (page != NULL) {
       sm_page_t *next = page->next;
-      sm_segment_t *segment = smi_page_segment(page);
-      if (atomic_load_explicit(&segment->thread_id, memory_order_relaxed) != 0) segment_abandon(segment, tld);
       page->next = page->prev = NULL;
+      sm_segment_t *segment = smi_page_segment(page);
+      if (atomic_load_explicit(&segment->thread_id, memory_order_relaxed) != 0) {
+        atomic_store_explicit(&segment->thread_id, 0, memory_order_release); /* frees are remote now */
+        if (segment->in_free_queue) segment_queue_remove(segment_free_queue(tld, segment), segment);
+        segment->in_free_queue = 0;
+        tld->segment_count--;
+        segment->abandoned_next = NULL;
+        if (last != NULL) last->abandoned_next = segment;
+        else first = segment;
+        last = segment;
+        count++;
+        smi_stat_inc(SM_STAT_SEGMENT_ABANDON);
+      }
       page = next;
     }
     heap->pages[bin].first = heap->pages[bin].last = NULL;
   }
   heap->page_count = 0;
-  smi_segments_purge_expired(tld, true);
+  smi_segments_purge_expired(tld, true); /* touches unused pages, also of the segments above */
   /* whatever is left in the free queues has no page in use */
   sm_segment_t *s;
   while ((s = tld->small_free.first) != NULL) {
@@ -464,6 +463,15 @@ void smi_segments_abandon(sm_heap_t *heap) {
     sm_assert(s->used == 0);
     segment_free(s, tld);
   }
+  if (first == NULL) return;
+  for (unsigned spins = 0; !abandoned_trylock(); spins++) {
+    if (spins > 64) sched_yield();
+  }
+  if (abandoned_last != NULL) abandoned_last->abandoned_next = first;
+  else abandoned_first = first;
+  abandoned_last = last;
+  abandoned_unlock();
+  atomic_fetch_add_explicit(&abandoned_count, count, memory_order_relaxed);
 }
 
 static void segment_reclaim(sm_segment_t *segment, sm_heap_t *heap) {
