@@ -11,12 +11,6 @@ void *smi_enomem(void) {
   return NULL;
 }
 
-void *sm_malloc(size_t size) { return smi_heap_malloc(smi_tls_heap, size); }
-
-void *sm_malloc_small(size_t size) {
-  sm_assert(size <= SM_SMALL_SIZE_MAX);
-  return smi_heap_malloc_small(smi_tls_heap, size);
-}
 
 /* zeroed allocation: blocks carved from fresh (zero) memory only need their link word cleared */
 static inline void *heap_malloc_zero(sm_heap_t *heap, size_t size) {
@@ -34,12 +28,115 @@ static inline void *heap_malloc_zero(sm_heap_t *heap, size_t size) {
   return smi_malloc_generic(heap, size, true);
 }
 
-void *sm_zalloc(size_t size) { return heap_malloc_zero(smi_tls_heap, size); }
+
+/* bytes from p to the end of its block */
+static size_t usable_raw(const void *p) {
+  const sm_segment_t *segment = smi_ptr_segment(p);
+  const sm_page_t *page = smi_segment_page_of(segment, p);
+  size_t offset = (size_t)((const uint8_t *)p - page->start);
+  return page->block_size - (page->flags.x.has_aligned ? offset % page->block_size : 0);
+}
+
+#if SM_CHECK_FREES
+/* ---- padding (secure and debug builds) ----
+ * Every request gets SM_PADDING more bytes: a 4-byte canary right after the requested bytes
+ * (so even a one-byte overflow is seen at free) and, in the last 4 bytes of the block, the distance
+ * from the requested end to the block end (so free finds the canary without any table). The debug
+ * build also fills the slack between them (SM_FILL_SLACK), new memory (SM_FILL_FRESH) and freed
+ * memory (SM_FILL_FREED), and checks at reuse that freed memory was not written. */
+#define SM_PADDING 8
+#define SM_FILL_FRESH 0xD0
+#define SM_FILL_FREED 0xDF
+#define SM_FILL_SLACK 0xDB
+
+static size_t padded(size_t size) { return size > SM_MAX_ALLOC_SIZE ? SIZE_MAX : size + SM_PADDING; }
+static uint32_t canary_of(const void *p) { return (uint32_t)(((uintptr_t)p >> 3) ^ smi_process_secret); }
+
+/* the requested size recorded in p's padding (the whole span if the record is damaged) */
+static size_t padding_requested(const void *p, size_t usable) {
+  uint32_t delta;
+  memcpy(&delta, (const uint8_t *)p + usable - 4, 4);
+  return delta >= SM_PADDING && delta <= usable ? usable - delta : usable;
+}
+
+static void *padding_finish(void *p, size_t size, bool zero) {
+  if (p == NULL) return NULL;
+  uint8_t *b = p;
+  size_t usable = usable_raw(p);
+#if SM_DEBUG
+  const sm_segment_t *segment = smi_ptr_segment(p);
+  if (segment->kind != SM_SEGMENT_HUGE) { /* freed (and fresh) blocks carry SM_FILL_FREED */
+    const sm_page_t *page = smi_segment_page_of(segment, p);
+    const uint8_t *block = page->start + (size_t)(b - page->start) / page->block_size * page->block_size;
+    for (size_t i = sizeof(sm_block_t); i < page->block_size; i++) {
+      if (block[i] != SM_FILL_FREED) {
+        smi_error(EFAULT, "write after free in block %p (block size %zu): byte %zu was written", (void *)block, page->block_size, i);
+        break;
+      }
+    }
+  }
+  memset(b, zero ? 0 : SM_FILL_FRESH, size);
+  memset(b + size + 4, SM_FILL_SLACK, usable - size - SM_PADDING);
+#else
+  if (zero) memset(b, 0, size); /* after any check: the allocation itself did not zero */
+#endif
+  uint32_t canary = canary_of(p), delta = (uint32_t)(usable - size);
+  memcpy(b + size, &canary, 4);
+  memcpy(b + usable - 4, &delta, 4);
+  return p;
+}
+
+/* at free: report an overflow past the requested size, naming the first overwritten byte */
+void smi_padding_check(const void *p, size_t block_size) {
+  const uint8_t *b = p;
+  size_t usable = usable_raw(p);
+  size_t size = padding_requested(p, usable);
+  uint32_t canary;
+  memcpy(&canary, b + size, 4);
+  size_t bad = SIZE_MAX;
+  if (size == usable || canary != canary_of(p)) {
+    bad = size;
+    while (bad < usable - 4 && bad < size + 4 && b[bad] == ((const uint8_t *)&(uint32_t){canary_of(p)})[bad - size]) bad++;
+  }
+#if SM_DEBUG
+  for (size_t i = size + 4; bad == SIZE_MAX && i < usable - 4; i++) {
+    if (b[i] != SM_FILL_SLACK) bad = i;
+  }
+#endif
+  if (bad != SIZE_MAX)
+    smi_error(EFAULT, "buffer overflow in block %p (requested %zu bytes, block size %zu): byte %zu was overwritten", p, size, block_size, bad);
+}
+
+size_t smi_usable_size(const void *p) {
+  if (p == NULL) return 0;
+  size_t usable = usable_raw(p);
+  return padding_requested(p, usable);
+}
+#else
+#define padded(size) (size)
+#define padding_finish(p, size, zero) (p)
+size_t smi_usable_size(const void *p) { return p == NULL ? 0 : usable_raw(p); }
+#endif
+
+size_t sm_usable_size(const void *p) { return smi_usable_size(p); }
+
+void *sm_malloc(size_t size) { return padding_finish(smi_heap_malloc(smi_tls_heap, padded(size)), size, false); }
+
+void *sm_malloc_small(size_t size) {
+  sm_assert(size <= SM_SMALL_SIZE_MAX);
+  if (SM_CHECK_FREES) return sm_malloc(size);
+  return smi_heap_malloc_small(smi_tls_heap, size);
+}
+
+void *sm_zalloc(size_t size) {
+  if (SM_CHECK_FREES) return padding_finish(smi_heap_malloc(smi_tls_heap, padded(size)), size, true);
+  return heap_malloc_zero(smi_tls_heap, size);
+}
 
 void *sm_calloc(size_t count, size_t size) {
   size_t total;
   if (sm_unlikely(__builtin_mul_overflow(count, size, &total))) return smi_enomem();
-  return heap_malloc_zero(smi_tls_heap, total);
+  return sm_zalloc(total);
 }
 
 void *sm_mallocn(size_t count, size_t size) {
@@ -47,16 +144,6 @@ void *sm_mallocn(size_t count, size_t size) {
   if (sm_unlikely(__builtin_mul_overflow(count, size, &total))) return smi_enomem();
   return sm_malloc(total);
 }
-
-size_t smi_usable_size(const void *p) {
-  if (p == NULL) return 0;
-  const sm_segment_t *segment = smi_ptr_segment(p);
-  const sm_page_t *page = smi_segment_page_of(segment, p);
-  size_t offset = (size_t)((const uint8_t *)p - page->start);
-  return page->block_size - (page->flags.x.has_aligned ? offset % page->block_size : 0);
-}
-
-size_t sm_usable_size(const void *p) { return smi_usable_size(p); }
 
 /* realloc as glibc: NULL -> malloc; size 0 -> free and return NULL; failure leaves p intact.
  * A block that still fits and is at most halved stays where it is. */
@@ -67,7 +154,7 @@ void *smi_realloc(void *p, size_t newsize, bool free_on_fail) {
     return NULL;
   }
   size_t usable = smi_usable_size(p);
-  if (newsize <= usable && newsize >= usable / 2) return p;
+  if (!SM_CHECK_FREES && newsize <= usable && newsize >= usable / 2) return p; /* else the padding moves */
   void *q = sm_malloc(newsize);
   if (sm_unlikely(q == NULL)) {
     if (free_on_fail) sm_free(p);
@@ -90,7 +177,7 @@ void *sm_reallocn(void *p, size_t count, size_t size) {
 /* ---- aligned allocation ---- */
 
 /* `alignment` is a power of two. Result r satisfies (r + offset) % alignment == 0. */
-void *smi_malloc_aligned(sm_heap_t *heap, size_t size, size_t alignment, size_t offset, bool zero) {
+static void *malloc_aligned_raw(sm_heap_t *heap, size_t size, size_t alignment, size_t offset, bool zero) {
   if (sm_unlikely(size > SM_MAX_ALLOC_SIZE)) return smi_enomem();
   offset &= alignment - 1;
   /* Every page starts 4 KiB-aligned, so a class that is a multiple of the alignment gives
@@ -114,6 +201,10 @@ void *smi_malloc_aligned(sm_heap_t *heap, size_t size, size_t alignment, size_t 
     page->flags.x.has_aligned = 1;
   }
   return p + adjust;
+}
+
+void *smi_malloc_aligned(sm_heap_t *heap, size_t size, size_t alignment, size_t offset, bool zero) {
+  return padding_finish(malloc_aligned_raw(heap, padded(size), alignment, offset, zero && !SM_CHECK_FREES), size, zero);
 }
 
 void *sm_malloc_aligned_at(size_t size, size_t alignment, size_t offset) {
@@ -147,7 +238,7 @@ void *sm_realloc_aligned(void *p, size_t newsize, size_t alignment) {
   }
   if (p == NULL) return sm_malloc_aligned(newsize, alignment);
   size_t usable = smi_usable_size(p);
-  if (((uintptr_t)p & (alignment - 1)) == 0 && newsize <= usable && newsize >= usable / 2) return p;
+  if (!SM_CHECK_FREES && ((uintptr_t)p & (alignment - 1)) == 0 && newsize <= usable && newsize >= usable / 2) return p;
   void *q = sm_malloc_aligned(newsize, alignment);
   if (q == NULL) return NULL;
   memcpy(q, p, usable < newsize ? usable : newsize);

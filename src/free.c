@@ -106,6 +106,11 @@ static bool free_check(const void *p, sm_segment_t **segment_out, sm_page_t **pa
     smi_error(EINVAL, "double free of %p (block size %zu)", p, page->block_size);
     return false;
   }
+  smi_padding_check(p, page->block_size);
+#if SM_DEBUG
+  if (segment->kind != SM_SEGMENT_HUGE) /* freed memory carries a pattern that malloc checks */
+    memset((uint8_t *)block + sizeof(sm_block_t), 0xDF, page->block_size - sizeof(sm_block_t));
+#endif
   *segment_out = segment;
   *page_out = page;
   return true;

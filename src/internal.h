@@ -140,6 +140,7 @@ void smi_free_generic(sm_segment_t *segment, sm_page_t *page, void *p);
 void *smi_malloc_aligned(sm_heap_t *heap, size_t size, size_t alignment, size_t offset, bool zero);
 void *smi_realloc(void *p, size_t newsize, bool free_on_fail);
 size_t smi_usable_size(const void *p);
+void smi_padding_check(const void *p, size_t block_size);
 void *smi_enomem(void);
 
 /* ---- small shared helpers ---- */
@@ -193,8 +194,21 @@ static inline bool smi_page_all_free(const sm_page_t *page) { return page->used 
 static inline bool smi_page_is_expandable(const sm_page_t *page) { return page->capacity < page->reserved; }
 
 /* The malloc fast path: one TLS load, one table load, pop. */
+void smi_page_free_list_corrupted(sm_page_t *page, const sm_block_t *block);
+
 static inline void *smi_page_pop(sm_page_t *page, sm_block_t *block) {
+#if SM_CHECK_FREES
+  /* a link that leaves its page is corruption (a write after free): report it, never follow it */
+  sm_block_t *next = smi_block_next(page, block);
+  if (sm_unlikely(next != NULL && ((uint8_t *)next < page->start ||
+                                   (uint8_t *)next >= page->start + (size_t)page->capacity * page->block_size))) {
+    smi_page_free_list_corrupted(page, block);
+    next = NULL;
+  }
+  page->free = next;
+#else
   page->free = smi_block_next(page, block);
+#endif
   page->used++;
 #if SM_SECURE
   block->next = NULL; /* no encoded pointer leaks to the program */

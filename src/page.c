@@ -139,10 +139,13 @@ static void page_extend(sm_page_t *page) {
   if (extend > max) extend = max;
   uint8_t *first = page->start + (size_t)page->capacity * bsize;
   uint8_t *last = first + (extend - 1) * bsize;
+#if SM_DEBUG
+  memset(first, 0xDF, extend * bsize); /* fresh blocks look freed: malloc checks the pattern */
+#endif
   for (uint8_t *b = first; b < last; b += bsize) smi_block_set_next(page, (sm_block_t *)b, (sm_block_t *)(b + bsize));
   smi_block_set_next(page, (sm_block_t *)last, NULL);
   page->free = (sm_block_t *)first;
-  page->free_is_zero = page->mem_is_zero;
+  page->free_is_zero = page->mem_is_zero && !SM_DEBUG;
   page->capacity += (uint32_t)extend;
 }
 
@@ -164,6 +167,13 @@ void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t a
 #endif
   sm_assert(page->reserved >= 1);
 }
+
+#if SM_CHECK_FREES
+void smi_page_free_list_corrupted(sm_page_t *page, const sm_block_t *block) {
+  smi_error(EFAULT, "free list of page %p (block size %zu) corrupted at block %p: written after free?",
+            (void *)page->start, page->block_size, (const void *)block);
+}
+#endif
 
 /* ---- full pages ---- */
 
