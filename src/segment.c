@@ -186,6 +186,17 @@ static void segment_cache_release(sm_segment_t *segment, uint64_t now) {
 
 void smi_segment_cache_flush(void) { segment_cache_sweep(0, true); }
 
+/* When the OS refuses (address space exhausted, RLIMIT_AS), give back the cached address space
+ * and try once more before reporting ENOMEM. */
+static void *os_alloc_or_flush(size_t size, size_t alignment, size_t offset) {
+  void *p = smi_os_alloc_aligned(size, alignment, offset);
+  if (p == NULL && atomic_load_explicit(&segment_cache_count, memory_order_relaxed) > 0) {
+    smi_segment_cache_flush();
+    p = smi_os_alloc_aligned(size, alignment, offset);
+  }
+  return p;
+}
+
 /* ---- purging unused pages after a delay ---- */
 
 
@@ -261,7 +272,7 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
     zero = segment->purged;
   } else {
     smi_stat_inc(SM_STAT_SEGMENT_MAP);
-    segment = smi_os_alloc_aligned(SM_SEGMENT_SIZE, SM_SEGMENT_SIZE, 0);
+    segment = os_alloc_or_flush(SM_SEGMENT_SIZE, SM_SEGMENT_SIZE, 0);
     if (segment == NULL) return NULL;
     zero = true;
     segment_map_set(segment, true);
@@ -382,7 +393,7 @@ void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
     }
   }
   if (segment == NULL) {
-    segment = smi_os_alloc_aligned(map_size, align, align == SM_SEGMENT_SIZE ? 0 : offset);
+    segment = os_alloc_or_flush(map_size, align, align == SM_SEGMENT_SIZE ? 0 : offset);
     if (segment == NULL) return smi_enomem();
     smi_stat_inc(SM_STAT_HUGE_ALLOC);
   }
