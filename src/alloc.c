@@ -34,7 +34,7 @@ static size_t usable_raw(const void *p) {
   const sm_segment_t *segment = smi_ptr_segment(p);
   const sm_page_t *page = smi_segment_page_of(segment, p);
   size_t offset = (size_t)((const uint8_t *)p - page->start);
-  return page->block_size - (page->flags.x.has_aligned ? offset % page->block_size : 0);
+  return page->block_size - (smi_page_has_aligned(page) ? offset % page->block_size : 0);
 }
 
 #if SM_CHECK_FREES
@@ -198,7 +198,7 @@ static void *malloc_aligned_raw(sm_heap_t *heap, size_t size, size_t alignment, 
   size_t adjust = (alignment - (((uintptr_t)p + offset) & (alignment - 1))) & (alignment - 1);
   if (adjust != 0) {
     sm_page_t *page = smi_segment_page_of(smi_ptr_segment(p), p);
-    page->flags.x.has_aligned = 1;
+    __atomic_store_n(&page->flags.x.has_aligned, 1, __ATOMIC_RELAXED);
   }
   return p + adjust;
 }
@@ -278,5 +278,7 @@ int sm_version(void) { return SM_VERSION; }
 void sm_collect(bool force) {
   sm_heap_t *heap = smi_tls_heap;
   if (heap == &smi_heap_empty) return;
+  smi_heap_lock(heap);
   smi_heap_collect(heap, force);
+  smi_heap_unlock(heap);
 }

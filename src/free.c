@@ -8,6 +8,15 @@
  * In secure and debug builds every pointer is validated first (see free_check). */
 #include "internal.h"
 
+/* the owner's page became empty on the fast path: retire it under the heap's slow-path lock */
+static sm_noinline void free_retire(sm_page_t *page) {
+  sm_heap_t *heap = smi_page_heap(page);
+  smi_heap_lock(heap);
+  if (page->used == 0 && page->in_use) smi_page_retire(page);
+  smi_heap_unlock(heap);
+}
+
+/* heap lock held */
 void smi_free_block_local(sm_page_t *page, sm_block_t *block) {
   smi_block_set_next(page, block, page->local_free);
   page->local_free = block;
@@ -97,7 +106,7 @@ static bool free_check(const void *p, sm_segment_t **segment_out, sm_page_t **pa
     return false;
   }
   size_t offset = (size_t)((const uint8_t *)p - page->start);
-  if (sm_unlikely(offset % page->block_size != 0 && !page->flags.x.has_aligned)) {
+  if (sm_unlikely(offset % page->block_size != 0 && !smi_page_has_aligned(page))) {
     smi_error(EINVAL, "free of an interior pointer %p (block %p of size %zu)", p, (void *)(page->start + offset - offset % page->block_size), page->block_size);
     return false;
   }
@@ -122,9 +131,15 @@ void smi_free_generic(sm_segment_t *segment, sm_page_t *page, void *p) {
     smi_huge_free(segment);
     return;
   }
-  sm_block_t *block = sm_unlikely(page->flags.x.has_aligned) ? page_block_of(page, p) : (sm_block_t *)p;
-  if (atomic_load_explicit(&segment->thread_id, memory_order_relaxed) == smi_tls_tid) smi_free_block_local(page, block);
-  else free_remote(page, block);
+  sm_block_t *block = sm_unlikely(smi_page_has_aligned(page)) ? page_block_of(page, p) : (sm_block_t *)p;
+  if (atomic_load_explicit(&segment->thread_id, memory_order_relaxed) == smi_tls_tid) {
+    sm_heap_t *heap = smi_page_heap(page);
+    smi_heap_lock(heap);
+    smi_free_block_local(page, block);
+    smi_heap_unlock(heap);
+  } else {
+    free_remote(page, block);
+  }
 }
 
 void sm_free(void *p) {
@@ -142,7 +157,7 @@ void sm_free(void *p) {
     sm_block_t *block = (sm_block_t *)p;
     smi_block_set_next(page, block, page->local_free);
     page->local_free = block;
-    if (sm_unlikely(--page->used == 0)) smi_page_retire(page);
+    if (sm_unlikely(--page->used == 0)) free_retire(page);
     return;
   }
   smi_free_generic(segment, page, p);

@@ -4,8 +4,10 @@
  * Called from the generic malloc path (page.c), sm_collect, and thread exit (init.c). */
 #include "internal.h"
 
+/* Also re-initialises a pooled heap (its lock is held by the caller then): the fields from `lock`
+ * on are the purger's and survive. */
 void smi_heap_init(sm_heap_t *heap, sm_tld_t *tld, uintptr_t thread_id) {
-  memset(heap, 0, sizeof *heap);
+  memset(heap, 0, offsetof(sm_heap_t, lock));
   for (size_t i = 0; i < SM_DIRECT_COUNT; i++) heap->pages_direct[i] = &smi_page_empty;
   for (size_t bin = 0; bin < SM_BIN_COUNT; bin++) heap->pages[bin].block_size = smi_bin_size(bin);
   heap->thread_id = thread_id;
@@ -50,6 +52,58 @@ void smi_heap_retired_collect(sm_heap_t *heap, bool force) {
   }
   heap->retired_min = min;
   heap->retired_max = max;
+}
+
+/* The purger left free blocks in full pages: bring those pages back to their bins. */
+void smi_heap_unfull_flagged(sm_heap_t *heap) {
+  heap->full_have_free = false;
+  sm_page_t *page = heap->pages[SM_BIN_FULL].first;
+  while (page != NULL) {
+    sm_page_t *next = page->next;
+    smi_page_collect(page);
+    if (page->used == 0) smi_page_free_empty(heap, page);
+    else if (page->free != NULL) smi_page_unfull(page);
+    page = next;
+  }
+}
+
+/* Run by the purger, with the heap's lock, while the owner may be on a fast path. Fast paths never
+ * touch full pages, the purge list or the segment queues, so only those are used here: blocks
+ * other threads freed into full pages are collected and pages that became empty go back. */
+void smi_heap_collect_idle(sm_heap_t *heap) {
+  sm_block_t *block = atomic_exchange_explicit(&heap->thread_delayed_free, NULL, memory_order_acquire);
+  sm_block_t *keep = NULL, *keep_last = NULL;
+  while (block != NULL) {
+    sm_page_t *page = smi_segment_page_of(smi_ptr_segment(block), block);
+    sm_block_t *next = smi_block_next(page, block);
+    if (page->flags.x.in_full) {
+      smi_block_set_next(page, block, page->local_free);
+      page->local_free = block;
+      page->used--;
+    } else { /* a page the owner is using: leave the block to the owner */
+      smi_block_set_next(page, block, keep);
+      if (keep == NULL) keep_last = block;
+      keep = block;
+    }
+    block = next;
+  }
+  if (keep != NULL) {
+    sm_page_t *last_page = smi_segment_page_of(smi_ptr_segment(keep_last), keep_last);
+    sm_block_t *head = atomic_load_explicit(&heap->thread_delayed_free, memory_order_relaxed);
+    do {
+      smi_block_set_next(last_page, keep_last, head);
+    } while (!atomic_compare_exchange_weak_explicit(&heap->thread_delayed_free, &head, keep, memory_order_release,
+                                                    memory_order_relaxed));
+  }
+  sm_page_t *page = heap->pages[SM_BIN_FULL].first;
+  while (page != NULL) {
+    sm_page_t *next = page->next;
+    smi_page_collect_remote(page);
+    if (page->used == 0) smi_page_free_empty(heap, page);
+    else if (page->local_free != NULL) heap->full_have_free = true;
+    page = next;
+  }
+  smi_segments_purge_expired(heap->tld, false);
 }
 
 /* Collect every page; empty ones go back to their segments. */

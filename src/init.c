@@ -91,6 +91,7 @@ static void pool_release(void) { atomic_store_explicit(&pool_lock, false, memory
  * guard only a pointer swap or two, so their lists are intact either way */
 static void fork_child(void) {
   smi_abandoned_lock_reset();
+  smi_purger_fork_child();
   atomic_store_explicit(&pool_lock, false, memory_order_relaxed);
 }
 
@@ -102,7 +103,9 @@ static sm_thread_data_t *thread_data_alloc(void) {
   if (heap != NULL) pool_first = heap->pool_next;
   pool_release();
   if (heap != NULL) return (sm_thread_data_t *)heap;
-  return smi_os_alloc_aligned(smi_align_up(sizeof(sm_thread_data_t), SM_OS_PAGE_SIZE), SM_OS_PAGE_SIZE, 0);
+  sm_thread_data_t *td = smi_os_alloc_aligned(smi_align_up(sizeof(sm_thread_data_t), SM_OS_PAGE_SIZE), SM_OS_PAGE_SIZE, 0);
+  if (td != NULL) smi_purger_want(); /* a second thread: the process is multi-threaded now */
+  return td;
 }
 
 /* kept for the next thread rather than unmapped: thread churn stays cheap */
@@ -126,14 +129,20 @@ sm_heap_t *smi_thread_init(void) {
   smi_process_init();
   sm_thread_data_t *td = thread_data_alloc();
   if (td == NULL) return NULL;
+  /* the purger may look at a pooled heap at any time: set it up under the heap's lock */
+  bool fresh = td->heap.tld == NULL;
+  if (!fresh) smi_heap_lock(&td->heap);
   memset(&td->tld, 0, sizeof td->tld);
   uintptr_t tid = atomic_fetch_add_explicit(&next_thread_id, 1, memory_order_relaxed);
   smi_heap_init(&td->heap, &td->tld, tid);
+  if (fresh) smi_heaps_register(&td->heap);
+  else smi_heap_unlock(&td->heap);
   smi_tls_heap = &td->heap;
   smi_tls_tid = tid;
   smi_stat_inc(SM_STAT_THREAD_INIT);
   /* from here on this thread can allocate, so the calls below may re-enter malloc */
   process_init_late();
+  if (smi_option(SM_OPT_BACKGROUND_PURGE) == 2) smi_purger_want();
   pthread_setspecific(thread_key, td);
   return &td->heap;
 }
@@ -143,7 +152,10 @@ static void thread_done(void *value) {
   sm_thread_data_t *td = value;
   if (td == NULL || smi_tls_heap != &td->heap) return;
   smi_stat_inc(SM_STAT_THREAD_DONE);
+  smi_heap_lock(&td->heap);
   smi_heap_abandon(&td->heap);
+  td->heap.thread_id = 0; /* dead: the purger skips it */
+  smi_heap_unlock(&td->heap);
   smi_tls_heap = &smi_heap_empty;
   smi_tls_tid = 1;
   thread_data_free(td);

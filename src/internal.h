@@ -46,6 +46,7 @@ typedef enum {
   SM_OPT_PURGE_DECOMMITS, /* 1: MADV_DONTNEED (RSS drops at once), 0: MADV_FREE (lazy) */
   SM_OPT_SEGMENT_CACHE,   /* whole unused segments kept for reuse (process-wide) */
   SM_OPT_SHOW_STATS,      /* print the statistics at exit */
+  SM_OPT_BACKGROUND_PURGE, /* 0: never, 1: once the process has two threads, 2: always */
   SM_OPT_COUNT
 } smi_option_t;
 long smi_option(smi_option_t opt);
@@ -109,6 +110,8 @@ void smi_segments_abandon(sm_heap_t *heap);
 bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max, int kind);
 bool smi_segments_abandoned_any(void);
 void smi_segments_purge_expired(sm_tld_t *tld, bool force);
+void smi_segments_visit_abandoned(size_t max);
+void smi_segment_cache_sweep_due(void);
 void smi_segment_cache_flush(void);
 bool smi_segment_cache_pending(void);
 bool smi_segment_is_registered(const sm_segment_t *segment);
@@ -118,6 +121,7 @@ void smi_abandoned_lock_reset(void);
 void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero);
 void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t area);
 void smi_page_collect(sm_page_t *page);
+void smi_page_collect_remote(sm_page_t *page);
 void smi_page_retire(sm_page_t *page);
 void smi_page_unfull(sm_page_t *page);
 void smi_page_set_delay(sm_page_t *page, sm_delay_t delay, bool override_never);
@@ -131,6 +135,22 @@ void smi_heap_delayed_free(sm_heap_t *heap);
 void smi_heap_collect(sm_heap_t *heap, bool force);
 void smi_heap_abandon(sm_heap_t *heap);
 void smi_heap_retired_collect(sm_heap_t *heap, bool force);
+void smi_heap_collect_idle(sm_heap_t *heap);
+void smi_heap_unfull_flagged(sm_heap_t *heap);
+
+/* ---- purge.c: the background purger ---- */
+void smi_heaps_register(sm_heap_t *heap);
+void smi_purger_want(void);
+void smi_purger_maybe_start(void);
+void smi_purger_fork_child(void);
+void smi_heap_lock_slow(sm_heap_t *heap);
+static inline void smi_heap_lock(sm_heap_t *heap) {
+  if (sm_unlikely(atomic_exchange_explicit(&heap->lock, true, memory_order_acquire))) smi_heap_lock_slow(heap);
+}
+static inline bool smi_heap_trylock(sm_heap_t *heap) {
+  return !atomic_exchange_explicit(&heap->lock, true, memory_order_acquire);
+}
+static inline void smi_heap_unlock(sm_heap_t *heap) { atomic_store_explicit(&heap->lock, false, memory_order_release); }
 
 /* ---- free.c ---- */
 void smi_free_block_local(sm_page_t *page, sm_block_t *block);
@@ -189,6 +209,12 @@ static inline sm_heap_t *smi_page_heap(const sm_page_t *page) {
   return atomic_load_explicit(&((sm_page_t *)page)->heap, memory_order_acquire);
 }
 static inline bool smi_page_all_free(const sm_page_t *page) { return page->used == 0; }
+
+/* has_aligned is set by the owner and read by any thread that frees or measures a block of the
+ * page: relaxed atomics (a pointer handed over carries the happens-before that matters). */
+static inline bool smi_page_has_aligned(const sm_page_t *page) {
+  return __atomic_load_n(&page->flags.x.has_aligned, __ATOMIC_RELAXED) != 0;
+}
 
 /* the page's blocks with an index < capacity are carved; the rest of the page is untouched */
 static inline bool smi_page_is_expandable(const sm_page_t *page) { return page->capacity < page->reserved; }

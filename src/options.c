@@ -20,6 +20,7 @@ static option_desc_t options[SM_OPT_COUNT] = {
     [SM_OPT_PURGE_DECOMMITS] = {1, "purge_decommits"},
     [SM_OPT_SEGMENT_CACHE] = {16, "segment_cache"},
     [SM_OPT_SHOW_STATS] = {0, "show_stats"},
+    [SM_OPT_BACKGROUND_PURGE] = {1, "background_purge"},
 };
 
 long smi_option(smi_option_t opt) { return options[opt].value; }

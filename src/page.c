@@ -95,7 +95,7 @@ void smi_page_set_delay(sm_page_t *page, sm_delay_t delay, bool override_never) 
 /* ---- free lists ---- */
 
 /* Move the remote frees onto local_free (one atomic exchange keeps the delay bits). */
-static void page_thread_free_collect(sm_page_t *page) {
+void smi_page_collect_remote(sm_page_t *page) {
   uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
   sm_block_t *head;
   do {
@@ -121,7 +121,7 @@ static void page_thread_free_collect(sm_page_t *page) {
 
 void smi_page_collect(sm_page_t *page) {
   if (smi_tf_block(atomic_load_explicit(&page->thread_free, memory_order_relaxed)) != NULL)
-    page_thread_free_collect(page);
+    smi_page_collect_remote(page);
   if (page->local_free != NULL && page->free == NULL) {
     page->free = page->local_free;
     page->local_free = NULL;
@@ -252,6 +252,25 @@ static sm_page_t *page_queue_find_free(sm_heap_t *heap, size_t bin) {
   return page;
 }
 
+static void *malloc_generic_locked(sm_heap_t *heap, size_t size, size_t bin, bool zero) {
+  atomic_store_explicit(&heap->slow_calls, atomic_load_explicit(&heap->slow_calls, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+  if (atomic_load_explicit(&heap->thread_delayed_free, memory_order_relaxed) != NULL) smi_heap_delayed_free(heap);
+  if (heap->full_have_free) smi_heap_unfull_flagged(heap);
+  if (heap->retired_min <= heap->retired_max) smi_heap_retired_collect(heap, false);
+  if (heap->tld->purge_first != NULL || smi_segment_cache_pending()) smi_segments_purge_expired(heap->tld, false);
+  if (sm_unlikely(size > SM_LARGE_OBJ_MAX)) return smi_huge_alloc(size, 0, zero);
+  sm_page_t *page = page_queue_find_free(heap, bin);
+  if (sm_unlikely(page == NULL)) return smi_enomem();
+  bool is_zero = page->free_is_zero;
+  void *p = smi_page_pop(page, page->free);
+  if (zero) {
+    if (is_zero) ((sm_block_t *)p)->next = NULL;
+    else memset(p, 0, size);
+  }
+  return p;
+}
+
 /* The slow path of every allocation: thread start-up, delayed frees, retired pages, huge blocks
  * and the page search. `zero`: the block must be zeroed (calloc). */
 void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero) {
@@ -260,22 +279,21 @@ void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero) {
     if (heap == NULL) return smi_enomem();
   }
   size_t bin = smi_bin_of(size);
-  /* sizes above the direct table: the first page of the bin, while it has blocks */
+  /* sizes above the direct table: the first page of the bin, while it has blocks (owner-only
+   * state that the purger never touches, so no lock) */
   sm_page_t *page = size <= SM_LARGE_OBJ_MAX ? heap->pages[bin].first : NULL;
-  if (page == NULL || page->free == NULL) {
-    /* housekeeping happens here, when a page has run dry, not on every call */
-    if (atomic_load_explicit(&heap->thread_delayed_free, memory_order_relaxed) != NULL) smi_heap_delayed_free(heap);
-    if (heap->retired_min <= heap->retired_max) smi_heap_retired_collect(heap, false);
-    if (heap->tld->purge_first != NULL || smi_segment_cache_pending()) smi_segments_purge_expired(heap->tld, false);
-    if (sm_unlikely(size > SM_LARGE_OBJ_MAX)) return smi_huge_alloc(size, 0, zero);
-    page = page_queue_find_free(heap, bin);
+  if (page != NULL && page->free != NULL) {
+    bool is_zero = page->free_is_zero;
+    void *p = smi_page_pop(page, page->free);
+    if (zero) {
+      if (is_zero) ((sm_block_t *)p)->next = NULL;
+      else memset(p, 0, size);
+    }
+    return p;
   }
-  if (sm_unlikely(page == NULL)) return smi_enomem();
-  bool is_zero = page->free_is_zero;
-  void *p = smi_page_pop(page, page->free);
-  if (zero) {
-    if (is_zero) ((sm_block_t *)p)->next = NULL;
-    else memset(p, 0, size);
-  }
+  smi_heap_lock(heap);
+  void *p = malloc_generic_locked(heap, size, bin, zero);
+  smi_heap_unlock(heap);
+  smi_purger_maybe_start();
   return p;
 }

@@ -186,6 +186,10 @@ static void segment_cache_release(sm_segment_t *segment, uint64_t now) {
 
 void smi_segment_cache_flush(void) { segment_cache_sweep(0, true); }
 
+void smi_segment_cache_sweep_due(void) {
+  if (smi_segment_cache_pending()) segment_cache_sweep(smi_os_now_ms(), false);
+}
+
 /* When the OS refuses (address space exhausted, RLIMIT_AS), give back the cached address space
  * and try once more before reporting ENOMEM. */
 static void *os_alloc_or_flush(size_t size, size_t alignment, size_t offset) {
@@ -537,4 +541,52 @@ bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max, int kind) {
     }
   }
   return useful;
+}
+
+/* Run by the purger: look at up to `max` abandoned segments (at most one pass over the list, and
+ * about 20 ms of work), oldest first, without adopting them.
+ * Pages whose blocks were all freed since are given back (purged at once), an empty segment goes
+ * to the cache, the others go back to the end of the list. No thread owns these segments, and
+ * taking one off the list makes it ours alone until it goes back. */
+void smi_segments_visit_abandoned(size_t max) {
+  size_t pass = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
+  if (max > pass) max = pass;
+  uint64_t deadline = smi_os_now_ms() + 20;
+  for (size_t n = 0; n < max && atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0; n++) {
+    if ((n & 15) == 15 && smi_os_now_ms() > deadline) return;
+    if (!abandoned_trylock()) return;
+    sm_segment_t *segment = abandoned_first;
+    if (segment != NULL) {
+      abandoned_first = segment->abandoned_next;
+      if (abandoned_first == NULL) abandoned_last = NULL;
+    }
+    abandoned_unlock();
+    if (segment == NULL) return;
+    atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+    bool decommit = smi_option(SM_OPT_PURGE_DECOMMITS) != 0;
+    for (size_t i = 0; i < segment->page_count; i++) {
+      sm_page_t *page = &segment->pages[i];
+      if (!page->in_use) continue;
+      smi_page_collect(page);
+      if (page->used != 0) continue;
+      page->in_use = 0;
+      page->free = page->local_free = NULL;
+      page->mem_is_zero = smi_os_purge(page->start, page_area(segment, page), decommit);
+      smi_stat_inc(SM_STAT_PAGE_PURGE);
+      segment->used--;
+    }
+    if (segment->used == 0) {
+      segment_cache_release(segment, smi_os_now_ms());
+      continue;
+    }
+    for (unsigned spins = 0; !abandoned_trylock(); spins++) {
+      if (spins > 64) sched_yield();
+    }
+    segment->abandoned_next = NULL;
+    if (abandoned_last != NULL) abandoned_last->abandoned_next = segment;
+    else abandoned_first = segment;
+    abandoned_last = segment;
+    abandoned_unlock();
+    atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
+  }
 }

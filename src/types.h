@@ -162,6 +162,14 @@ typedef struct sm_heap_s {
   size_t retired_min, retired_max; /* bins that may hold a retired (kept empty) page */
   uint64_t random;
   struct sm_heap_s *pool_next;
+  bool full_have_free;        /* the purger left free blocks in full pages: owner, have a look */
+  /* From here on: fields the purger reads without the lock, kept when a heap is reused.
+   * The owner takes `lock` in its slow paths only (never on a fast path); the background purger
+   * only tries it, for heaps that have been idle (slow_calls unchanged) since its last look. */
+  _Atomic(bool) lock;
+  _Atomic(size_t) slow_calls;
+  size_t purger_seen;         /* the purger's copy of slow_calls (only the purger uses it) */
+  struct sm_heap_s *all_next; /* every heap ever made (they are never unmapped) */
 } sm_heap_t;
 
 /* heap and tld of one thread, allocated together */

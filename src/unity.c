@@ -1,5 +1,6 @@
 /* unity.c: the whole library as one translation unit, so the compiler sees (and inlines) across
  * files. This is what CMake compiles into libshardmalloc.so, libshardmalloc.a and shardmalloc.o. */
+#define _GNU_SOURCE /* pthread_setname_np, MADV_FREE, mremap */
 #include "os_linux.c"
 #include "options.c"
 #include "stats.c"
@@ -10,4 +11,5 @@
 #include "free.c"
 #include "alloc.c"
 #include "init.c"
+#include "purge.c"
 #include "override.c"

@@ -1,0 +1,91 @@
+/* purge.c: the background purger, a thread that gives back memory nobody else would.
+ *
+ * Purging normally happens in each thread's own slow path. That fails for memory whose owner has
+ * gone quiet: a thread that allocated a lot and sleeps while others free its blocks, pages
+ * waiting out their purge delay, cached segments, abandoned segments whose blocks were freed
+ * after their thread ended. Once the process has a second thread (or with
+ * SHARDMALLOC_BACKGROUND_PURGE=2, always), a detached thread wakes every 100 ms and, for each heap
+ * whose owner has not been in its slow path since the last look, *tries* the heap's slow-path
+ * lock (smi_heap_collect_idle: full pages, purge list); then visits a few abandoned segments and
+ * sweeps the segment cache. It never waits for a lock, so it never delays an active thread; an
+ * owner that wakes up may wait for one bounded collection of its own heap.
+ * SHARDMALLOC_BACKGROUND_PURGE=0 turns it off (no thread is ever started). */
+#include "internal.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <time.h>
+
+#define SM_PURGER_TICK_MS 100
+
+enum { PURGER_OFF, PURGER_WANTED, PURGER_RUNNING };
+static _Atomic(int) purger_state;
+static _Atomic(sm_heap_t *) heaps_all; /* every heap, linked by all_next; append-only */
+
+void smi_heap_lock_slow(sm_heap_t *heap) {
+  for (unsigned spins = 0; atomic_exchange_explicit(&heap->lock, true, memory_order_acquire); spins++) {
+    if (spins > 64) sched_yield();
+  }
+}
+
+void smi_heaps_register(sm_heap_t *heap) {
+  sm_heap_t *first = atomic_load_explicit(&heaps_all, memory_order_relaxed);
+  do {
+    heap->all_next = first;
+  } while (!atomic_compare_exchange_weak_explicit(&heaps_all, &first, heap, memory_order_release, memory_order_relaxed));
+}
+
+void smi_purger_want(void) {
+  int expected = PURGER_OFF;
+  if (smi_option(SM_OPT_BACKGROUND_PURGE) != 0) atomic_compare_exchange_strong(&purger_state, &expected, PURGER_WANTED);
+}
+
+void smi_purger_fork_child(void) { atomic_store(&purger_state, PURGER_OFF); } /* it did not survive fork */
+
+static void purger_tick(void) {
+  sm_heap_t *self = smi_tls_heap;
+  for (sm_heap_t *heap = atomic_load_explicit(&heaps_all, memory_order_acquire); heap != NULL; heap = heap->all_next) {
+    if (heap == self) continue;
+    size_t calls = atomic_load_explicit(&heap->slow_calls, memory_order_relaxed);
+    if (calls != heap->purger_seen) { /* active since the last look: leave it alone */
+      heap->purger_seen = calls;
+      continue;
+    }
+    if (!smi_heap_trylock(heap)) continue;
+    if (heap->thread_id > 1 && heap->tld != NULL) smi_heap_collect_idle(heap); /* a live thread's heap */
+    smi_heap_unlock(heap);
+  }
+  smi_segments_visit_abandoned(SIZE_MAX);
+  smi_segment_cache_sweep_due();
+}
+
+static void *purger_main(void *arg) {
+  (void)arg;
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals are for the program's threads */
+  pthread_setname_np(pthread_self(), "shardmalloc");
+  for (;;) {
+    struct timespec ts = {0, SM_PURGER_TICK_MS * 1000000L};
+    nanosleep(&ts, NULL);
+    purger_tick();
+  }
+  return NULL;
+}
+
+/* Called at the end of slow paths, with no lock held: pthread_create itself allocates. */
+void smi_purger_maybe_start(void) {
+  int expected = PURGER_WANTED;
+  if (sm_likely(atomic_load_explicit(&purger_state, memory_order_relaxed) != PURGER_WANTED)) return;
+  if (!atomic_compare_exchange_strong(&purger_state, &expected, PURGER_RUNNING)) return;
+  pthread_attr_t attr;
+  pthread_t thread;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  int saved = errno;
+  if (pthread_create(&thread, &attr, purger_main, NULL) != 0) smi_warning("cannot start the background purger");
+  errno = saved;
+  pthread_attr_destroy(&attr);
+}
