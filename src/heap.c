@@ -129,6 +129,7 @@ void smi_heap_collect(sm_heap_t *heap, bool force) {
   }
   smi_segments_purge_expired(heap->tld, true);
   if (force) smi_segment_cache_flush();
+  else smi_segment_cache_purge_all();
 }
 
 /* Thread exit: detach every page from the heap so that later frees go to the pages themselves,

@@ -76,13 +76,26 @@ typedef enum {
 #undef SM_STAT_ENUM
   SM_STAT_COUNT
 } smi_stat_t;
+/* gauges: current values, moved up and down on slow paths */
+typedef enum {
+  SM_GAUGE_MAPPED,      /* bytes of address space mapped (segments, huge blocks, cache) */
+  SM_GAUGE_HUGE,        /* bytes in huge blocks in use */
+  SM_GAUGE_HUGE_COUNT,  /* huge blocks in use */
+  SM_GAUGE_CACHED,      /* bytes of unused segments in the cache */
+  SM_GAUGE_COUNT
+} smi_gauge_t;
 typedef struct smi_stats_s {
   _Atomic(int64_t) counter[SM_STAT_COUNT];
+  _Atomic(int64_t) gauge[SM_GAUGE_COUNT];
 } smi_stats_t;
 extern smi_stats_t smi_stats;
 static inline void smi_stat_inc(smi_stat_t s) {
   atomic_fetch_add_explicit(&smi_stats.counter[s], 1, memory_order_relaxed);
 }
+static inline void smi_gauge_add(smi_gauge_t g, int64_t delta) {
+  atomic_fetch_add_explicit(&smi_stats.gauge[g], delta, memory_order_relaxed);
+}
+static inline int64_t smi_gauge(smi_gauge_t g) { return atomic_load_explicit(&smi_stats.gauge[g], memory_order_relaxed); }
 void smi_stats_init(void);
 
 /* ---- sizeclass.c ---- */
@@ -113,6 +126,7 @@ void smi_segments_purge_expired(sm_tld_t *tld, bool force);
 void smi_segments_visit_abandoned(size_t max);
 void smi_segment_cache_sweep_due(void);
 void smi_segment_cache_flush(void);
+void smi_segment_cache_purge_all(void);
 bool smi_segment_cache_pending(void);
 bool smi_segment_is_registered(const sm_segment_t *segment);
 void smi_abandoned_lock_reset(void);

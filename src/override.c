@@ -95,6 +95,50 @@ SM_PUBLIC int mallopt(int param, int value) {
   return 1;
 }
 
+/* glibc's reporting extensions, from our gauges. There is no per-block accounting, so the
+ * "in use" figure is the address space of segments that hold blocks (an upper bound). */
+#include <malloc.h>
+static void fill_mallinfo(size_t *arena, size_t *hblks, size_t *hblkhd, size_t *uord, size_t *ford) {
+  size_t mapped = (size_t)smi_gauge(SM_GAUGE_MAPPED), huge = (size_t)smi_gauge(SM_GAUGE_HUGE);
+  size_t cached = (size_t)smi_gauge(SM_GAUGE_CACHED);
+  *arena = mapped > huge ? mapped - huge : 0;
+  *hblks = (size_t)smi_gauge(SM_GAUGE_HUGE_COUNT);
+  *hblkhd = huge;
+  *uord = *arena > cached ? *arena - cached : 0;
+  *ford = cached;
+}
+SM_PUBLIC struct mallinfo2 mallinfo2(void) {
+  struct mallinfo2 mi;
+  memset(&mi, 0, sizeof mi);
+  fill_mallinfo(&mi.arena, &mi.hblks, &mi.hblkhd, &mi.uordblks, &mi.fordblks);
+  return mi;
+}
+SM_PUBLIC struct mallinfo mallinfo(void) { /* the old int fields saturate */
+  struct mallinfo2 m2 = mallinfo2();
+  struct mallinfo mi;
+  memset(&mi, 0, sizeof mi);
+#define SM_SAT(x) ((x) > INT32_MAX ? INT32_MAX : (int)(x))
+  mi.arena = SM_SAT(m2.arena);
+  mi.hblks = SM_SAT(m2.hblks);
+  mi.hblkhd = SM_SAT(m2.hblkhd);
+  mi.uordblks = SM_SAT(m2.uordblks);
+  mi.fordblks = SM_SAT(m2.fordblks);
+#undef SM_SAT
+  return mi;
+}
+SM_PUBLIC void malloc_stats(void) { sm_stats_print(); }
+SM_PUBLIC int malloc_info(int options, FILE *out) {
+  if (options != 0 || out == NULL) {
+    errno = EINVAL;
+    return -1;
+  }
+  struct mallinfo2 mi = mallinfo2();
+  fprintf(out, "<malloc version=\"shardmalloc-%d\">\n<system type=\"current\" size=\"%zu\"/>\n"
+               "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>\n<total type=\"cached\" size=\"%zu\"/>\n</malloc>\n",
+          SM_VERSION, mi.arena + mi.hblkhd, mi.hblks, mi.hblkhd, mi.fordblks);
+  return 0;
+}
+
 /* glibc's internal names, which some programs and libraries call directly */
 SM_PUBLIC void *__libc_malloc(size_t size) { return sm_malloc(size); }
 SM_PUBLIC void __libc_free(void *p) { sm_free(p); }

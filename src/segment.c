@@ -74,6 +74,7 @@ static sm_segment_queue_t *segment_free_queue(sm_tld_t *tld, const sm_segment_t 
 
 static void segment_os_free(sm_segment_t *segment) {
   smi_stat_inc(segment->kind == SM_SEGMENT_HUGE ? SM_STAT_HUGE_FREE : SM_STAT_SEGMENT_UNMAP);
+  smi_gauge_add(SM_GAUGE_MAPPED, -(int64_t)segment->map_size);
   segment_map_set(segment, false);
   smi_os_free(segment->map_start, segment->map_size);
 }
@@ -113,6 +114,7 @@ static bool segment_cache_push(sm_segment_t *segment) {
                                                 memory_order_relaxed)) {
       atomic_fetch_add_explicit(&segment_cache_count, 1, memory_order_relaxed);
       atomic_fetch_add_explicit(&segment_cache_units, units, memory_order_relaxed);
+      smi_gauge_add(SM_GAUGE_CACHED, (int64_t)(units << SM_SEGMENT_SHIFT));
       return true;
     }
   }
@@ -130,6 +132,7 @@ static sm_segment_t *segment_cache_pop(size_t start, size_t min_units, size_t ma
     if (atomic_compare_exchange_strong_explicit(slot, &entry, 0, memory_order_acquire, memory_order_relaxed)) {
       atomic_fetch_sub_explicit(&segment_cache_count, 1, memory_order_relaxed);
       atomic_fetch_sub_explicit(&segment_cache_units, units, memory_order_relaxed);
+      smi_gauge_add(SM_GAUGE_CACHED, -(int64_t)(units << SM_SEGMENT_SHIFT));
       smi_stat_inc(SM_STAT_SEGMENT_CACHE_HIT);
       return (sm_segment_t *)(entry & ~(uintptr_t)SM_SEGMENT_MASK);
     }
@@ -137,10 +140,12 @@ static sm_segment_t *segment_cache_pop(size_t start, size_t min_units, size_t ma
   return NULL;
 }
 
-/* Purge (or unmap) cached mappings whose delay has passed; with force, unmap them all. */
+/* Purge (or unmap) cached mappings whose delay has passed (now = UINT64_MAX: all of them); with
+ * force, unmap them all. */
 static void segment_cache_sweep(uint64_t now, bool force) {
   uint64_t at = atomic_load_explicit(&segment_cache_sweep_at, memory_order_relaxed);
-  if (!force && (now < at || !atomic_compare_exchange_strong(&segment_cache_sweep_at, &at, now + 1))) return;
+  if (!force && now != UINT64_MAX &&
+      (now < at || !atomic_compare_exchange_strong(&segment_cache_sweep_at, &at, now + 1))) return;
   uint64_t next = UINT64_MAX;
   for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
     _Atomic(uintptr_t) *slot = &segment_cache[i];
@@ -150,6 +155,7 @@ static void segment_cache_sweep(uint64_t now, bool force) {
     sm_segment_t *segment = (sm_segment_t *)(entry & ~(uintptr_t)SM_SEGMENT_MASK);
     atomic_fetch_sub_explicit(&segment_cache_count, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&segment_cache_units, entry & SM_SEGMENT_MASK, memory_order_relaxed);
+    smi_gauge_add(SM_GAUGE_CACHED, -(int64_t)((entry & SM_SEGMENT_MASK) << SM_SEGMENT_SHIFT));
     bool expired = force || (!segment->purged && segment->purge_at <= now);
     if (expired && (force || segment->map_size > SM_SEGMENT_SIZE)) {
       segment_os_free(segment);
@@ -185,6 +191,7 @@ static void segment_cache_release(sm_segment_t *segment, uint64_t now) {
 }
 
 void smi_segment_cache_flush(void) { segment_cache_sweep(0, true); }
+void smi_segment_cache_purge_all(void) { segment_cache_sweep(UINT64_MAX, false); }
 
 void smi_segment_cache_sweep_due(void) {
   if (smi_segment_cache_pending()) segment_cache_sweep(smi_os_now_ms(), false);
@@ -198,6 +205,7 @@ static void *os_alloc_or_flush(size_t size, size_t alignment, size_t offset) {
     smi_segment_cache_flush();
     p = smi_os_alloc_aligned(size, alignment, offset);
   }
+  if (p != NULL) smi_gauge_add(SM_GAUGE_MAPPED, (int64_t)size);
   return p;
 }
 
@@ -409,11 +417,15 @@ void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
   page->in_use = 1;
   segment->used = 1;
   segment_map_set(segment, true);
+  smi_gauge_add(SM_GAUGE_HUGE, (int64_t)map_size);
+  smi_gauge_add(SM_GAUGE_HUGE_COUNT, 1);
   if (zero && !mem_zero) memset(page->start, 0, size);
   return page->start;
 }
 
 void smi_huge_free(sm_segment_t *segment) {
+  smi_gauge_add(SM_GAUGE_HUGE, -(int64_t)segment->map_size);
+  smi_gauge_add(SM_GAUGE_HUGE_COUNT, -1);
   if ((uint8_t *)segment == segment->map_start) segment_cache_release(segment, smi_os_now_ms());
   else segment_os_free(segment);
 }

@@ -18,6 +18,10 @@ void sm_stats_print(void) {
     smi_message("%-28s %12lld", stat_names[i],
                 (long long)atomic_load_explicit(&smi_stats.counter[i], memory_order_relaxed));
   }
+  smi_message("%-28s %12lld", "bytes mapped now", (long long)smi_gauge(SM_GAUGE_MAPPED));
+  smi_message("%-28s %12lld", "bytes in cached segments", (long long)smi_gauge(SM_GAUGE_CACHED));
+  smi_message("%-28s %12lld", "huge blocks in use", (long long)smi_gauge(SM_GAUGE_HUGE_COUNT));
+  smi_message("%-28s %12lld", "bytes in huge blocks", (long long)smi_gauge(SM_GAUGE_HUGE));
 }
 
 static void stats_at_exit(void) { sm_stats_print(); }
