@@ -63,7 +63,7 @@ static void process_init_late(void) {
   int state = PROCESS_NONE;
   if (atomic_compare_exchange_strong(&process_late_state, &state, PROCESS_STARTING)) {
     pthread_key_create(&thread_key, thread_done);
-    pthread_atfork(NULL, NULL, fork_child);
+    pthread_atfork(smi_purger_fork_prepare, smi_purger_fork_parent, fork_child);
     atomic_store_explicit(&process_late_state, PROCESS_READY, memory_order_release);
     return;
   }

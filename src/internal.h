@@ -156,6 +156,8 @@ void smi_heap_unfull_flagged(sm_heap_t *heap);
 void smi_heaps_register(sm_heap_t *heap);
 void smi_purger_want(void);
 void smi_purger_maybe_start(void);
+void smi_purger_fork_prepare(void);
+void smi_purger_fork_parent(void);
 void smi_purger_fork_child(void);
 void smi_heap_lock_slow(sm_heap_t *heap);
 static inline void smi_heap_lock(sm_heap_t *heap) {

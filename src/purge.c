@@ -41,7 +41,22 @@ void smi_purger_want(void) {
   if (smi_option(SM_OPT_BACKGROUND_PURGE) != 0) atomic_compare_exchange_strong(&purger_state, &expected, PURGER_WANTED);
 }
 
-void smi_purger_fork_child(void) { atomic_store(&purger_state, PURGER_OFF); } /* it did not survive fork */
+/* fork: the purger must not be inside a heap when the address space is copied, or the child would
+ * inherit a heap locked (and half-collected) by a thread it does not have. The prepare handler
+ * waits out a tick in progress; a tick is bounded and waits for nothing, so this cannot deadlock
+ * (unlike taking allocator locks in a prepare handler). */
+static _Atomic(bool) fork_pending, purger_busy;
+
+void smi_purger_fork_prepare(void) {
+  atomic_store(&fork_pending, true);
+  while (atomic_load(&purger_busy)) sched_yield();
+}
+void smi_purger_fork_parent(void) { atomic_store(&fork_pending, false); }
+void smi_purger_fork_child(void) { /* it did not survive fork */
+  atomic_store(&fork_pending, false);
+  atomic_store(&purger_busy, false);
+  atomic_store(&purger_state, PURGER_OFF);
+}
 
 static void purger_tick(void) {
   sm_heap_t *self = smi_tls_heap;
@@ -69,7 +84,9 @@ static void *purger_main(void *arg) {
   for (;;) {
     struct timespec ts = {0, SM_PURGER_TICK_MS * 1000000L};
     nanosleep(&ts, NULL);
-    purger_tick();
+    atomic_store(&purger_busy, true);
+    if (!atomic_load(&fork_pending)) purger_tick();
+    atomic_store(&purger_busy, false);
   }
   return NULL;
 }
