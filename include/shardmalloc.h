@@ -71,6 +71,15 @@ SM_EXPORT int sm_version(void);
 /* Give back what can be given back: free retired empty pages, purge pending memory now,
  * flush the segment cache; with force, also reclaim and release abandoned segments. */
 SM_EXPORT void sm_collect(bool force);
+/* Redirect messages (statistics, warnings, errors; one line each, ending in a newline) from
+ * stderr to fun, which must not allocate. NULL restores stderr. */
+typedef void sm_output_fun(const char *msg, void *arg);
+SM_EXPORT void sm_register_output(sm_output_fun *fun, void *arg);
+/* Called after a detected error (err: EFAULT corruption, EINVAL invalid or double free) when
+ * SHARDMALLOC_ABORT_ON_ERROR is off; the offending operation has been ignored. */
+typedef void sm_error_fun(int err, void *arg);
+SM_EXPORT void sm_register_error(sm_error_fun *fun, void *arg);
+
 /* print event counters (segments, pages, purges, threads) to stderr */
 SM_EXPORT void sm_stats_print(void);
 /* true iff p points into memory that shardmalloc manages (any block, live or free) */

@@ -278,6 +278,9 @@ int sm_version(void) { return SM_VERSION; }
 void sm_collect(bool force) {
   sm_heap_t *heap = smi_tls_heap;
   if (heap == &smi_heap_empty) return;
+#if SM_SECURE
+  smi_quarantine_flush(heap);
+#endif
   smi_heap_lock(heap);
   smi_heap_collect(heap, force);
   smi_heap_unlock(heap);

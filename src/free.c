@@ -142,16 +142,8 @@ void smi_free_generic(sm_segment_t *segment, sm_page_t *page, void *p) {
   }
 }
 
-void sm_free(void *p) {
-  if (sm_unlikely(p == NULL)) return;
-  sm_segment_t *segment;
-  sm_page_t *page;
-#if SM_CHECK_FREES
-  if (!free_check(p, &segment, &page)) return;
-#else
-  segment = smi_ptr_segment(p);
-  page = smi_segment_page_of(segment, p);
-#endif
+/* a pointer known to be a live block: the owner's fast path, or the generic path */
+static inline void free_block(void *p, sm_segment_t *segment, sm_page_t *page) {
   if (sm_likely(atomic_load_explicit(&segment->thread_id, memory_order_relaxed) == smi_tls_tid &&
                 page->flags.all == 0)) {
     sm_block_t *block = (sm_block_t *)p;
@@ -161,4 +153,64 @@ void sm_free(void *p) {
     return;
   }
   smi_free_generic(segment, page, p);
+}
+
+#if SM_SECURE
+/* zero_on_free, and the quarantine: a freed block waits in a per-thread FIFO until `quarantine`
+ * later frees have passed, so a dangling pointer does not immediately alias a new block. Returns
+ * the block to free now (p, an older one, or NULL). */
+static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page) {
+  if (smi_option(SM_OPT_ZERO_ON_FREE) && segment->kind != SM_SEGMENT_HUGE) {
+    size_t offset = (size_t)((uint8_t *)p - page->start) % page->block_size;
+    memset((uint8_t *)p - offset, 0, page->block_size);
+  }
+  long cap = smi_option(SM_OPT_QUARANTINE);
+  sm_heap_t *heap = smi_tls_heap;
+  if (cap <= 0 || heap == &smi_heap_empty) return p;
+  if (cap > SM_QUARANTINE_MAX) cap = SM_QUARANTINE_MAX;
+  size_t slot = (heap->quarantine_head + heap->quarantine_count) % (size_t)cap;
+  if (heap->quarantine_count < (size_t)cap) {
+    heap->quarantine[slot] = p;
+    heap->quarantine_count++;
+    return NULL;
+  }
+  void *oldest = heap->quarantine[heap->quarantine_head];
+  heap->quarantine[heap->quarantine_head] = p;
+  heap->quarantine_head = (heap->quarantine_head + 1) % (size_t)cap;
+  return oldest;
+}
+
+/* thread exit, sm_collect: free what waits in the quarantine */
+void smi_quarantine_flush(sm_heap_t *heap) {
+  while (heap->quarantine_count > 0) {
+    long cap = smi_option(SM_OPT_QUARANTINE);
+    void *p = heap->quarantine[heap->quarantine_head];
+    heap->quarantine_head = (heap->quarantine_head + 1) % (size_t)(cap > 0 && cap <= SM_QUARANTINE_MAX ? cap : SM_QUARANTINE_MAX);
+    heap->quarantine_count--;
+    sm_segment_t *segment = smi_ptr_segment(p);
+    free_block(p, segment, smi_segment_page_of(segment, p));
+  }
+}
+#endif
+
+void sm_free(void *p) {
+  if (sm_unlikely(p == NULL)) return;
+#if SM_CHECK_FREES
+  sm_segment_t *segment;
+  sm_page_t *page;
+  if (!free_check(p, &segment, &page)) return;
+#if SM_SECURE
+  void *q = free_secure_options(p, segment, page);
+  if (q == NULL) return; /* quarantined */
+  if (q != p) {          /* an older block leaves the quarantine instead */
+    p = q;
+    segment = smi_ptr_segment(p);
+    page = smi_segment_page_of(segment, p);
+  }
+#endif
+  free_block(p, segment, page);
+#else
+  sm_segment_t *segment = smi_ptr_segment(p);
+  free_block(p, segment, smi_segment_page_of(segment, p));
+#endif
 }

@@ -152,6 +152,9 @@ static void thread_done(void *value) {
   sm_thread_data_t *td = value;
   if (td == NULL || smi_tls_heap != &td->heap) return;
   smi_stat_inc(SM_STAT_THREAD_DONE);
+#if SM_SECURE
+  smi_quarantine_flush(&td->heap);
+#endif
   smi_heap_lock(&td->heap);
   smi_heap_abandon(&td->heap);
   td->heap.thread_id = 0; /* dead: the purger skips it */

@@ -47,6 +47,9 @@ typedef enum {
   SM_OPT_SEGMENT_CACHE,   /* whole unused segments kept for reuse (process-wide) */
   SM_OPT_SHOW_STATS,      /* print the statistics at exit */
   SM_OPT_BACKGROUND_PURGE, /* 0: never, 1: once the process has two threads, 2: always */
+  SM_OPT_ABORT_ON_ERROR,  /* abort after reporting misuse (default in secure builds) */
+  SM_OPT_ZERO_ON_FREE,    /* secure builds: clear blocks when they are freed */
+  SM_OPT_QUARANTINE,      /* secure builds: freed blocks wait for this many later frees before reuse */
   SM_OPT_COUNT
 } smi_option_t;
 long smi_option(smi_option_t opt);
@@ -97,6 +100,14 @@ static inline void smi_gauge_add(smi_gauge_t g, int64_t delta) {
 }
 static inline int64_t smi_gauge(smi_gauge_t g) { return atomic_load_explicit(&smi_stats.gauge[g], memory_order_relaxed); }
 void smi_stats_init(void);
+
+static inline uint64_t smi_heap_random(sm_heap_t *heap) { /* xorshift64: cheap, per heap */
+  uint64_t x = heap->random;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return heap->random = x;
+}
 
 /* ---- sizeclass.c ---- */
 extern const uint32_t smi_bin_sizes[SM_BIN_COUNT];
@@ -171,6 +182,9 @@ static inline void smi_heap_unlock(sm_heap_t *heap) { atomic_store_explicit(&hea
 /* ---- free.c ---- */
 void smi_free_block_local(sm_page_t *page, sm_block_t *block);
 void smi_free_generic(sm_segment_t *segment, sm_page_t *page, void *p);
+#if SM_SECURE
+void smi_quarantine_flush(sm_heap_t *heap);
+#endif
 
 /* ---- alloc.c ---- */
 void *smi_malloc_aligned(sm_heap_t *heap, size_t size, size_t alignment, size_t offset, bool zero);

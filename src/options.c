@@ -21,6 +21,9 @@ static option_desc_t options[SM_OPT_COUNT] = {
     [SM_OPT_SEGMENT_CACHE] = {16, "segment_cache"},
     [SM_OPT_SHOW_STATS] = {0, "show_stats"},
     [SM_OPT_BACKGROUND_PURGE] = {1, "background_purge"},
+    [SM_OPT_ABORT_ON_ERROR] = {SM_SECURE, "abort_on_error"},
+    [SM_OPT_ZERO_ON_FREE] = {0, "zero_on_free"},
+    [SM_OPT_QUARANTINE] = {0, "quarantine"},
 };
 
 long smi_option(smi_option_t opt) { return options[opt].value; }
@@ -67,6 +70,20 @@ void smi_options_init(void) {
   }
 }
 
+static sm_output_fun *output_fun;
+static void *output_arg;
+static sm_error_fun *error_fun;
+static void *error_arg;
+
+void sm_register_output(sm_output_fun *fun, void *arg) {
+  output_arg = arg;
+  output_fun = fun;
+}
+void sm_register_error(sm_error_fun *fun, void *arg) {
+  error_arg = arg;
+  error_fun = fun;
+}
+
 static void message_va(const char *prefix, const char *fmt, va_list args) {
   char buf[512];
   int n = snprintf(buf, sizeof buf, "shardmalloc: %s", prefix);
@@ -75,7 +92,13 @@ static void message_va(const char *prefix, const char *fmt, va_list args) {
   size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
   if (len > sizeof buf - 2) len = sizeof buf - 2;
   buf[len++] = '\n';
-  smi_os_write_stderr(buf, len);
+  sm_output_fun *fun = output_fun;
+  if (fun != NULL) {
+    buf[len] = 0;
+    fun(buf, output_arg);
+  } else {
+    smi_os_write_stderr(buf, len);
+  }
 }
 
 void smi_message(const char *fmt, ...) {
@@ -92,15 +115,19 @@ void smi_warning(const char *fmt, ...) {
   va_end(args);
 }
 
-/* Misuse detected (secure/debug builds check frees): report it. The bad operation itself is
- * ignored by the caller, so no memory is corrupted. */
+/* Misuse detected (secure/debug builds check frees): report it, then abort (abort_on_error,
+ * default in secure builds) or call the registered handler. The bad operation itself is ignored
+ * by the caller, so no memory is corrupted either way. */
 void smi_error(int err, const char *fmt, ...) {
-  (void)err;
-  if (!options[SM_OPT_SHOW_ERRORS].value) return;
-  va_list args;
-  va_start(args, fmt);
-  message_va("error: ", fmt, args);
-  va_end(args);
+  if (options[SM_OPT_SHOW_ERRORS].value) {
+    va_list args;
+    va_start(args, fmt);
+    message_va("error: ", fmt, args);
+    va_end(args);
+  }
+  if (options[SM_OPT_ABORT_ON_ERROR].value) abort();
+  sm_error_fun *fun = error_fun;
+  if (fun != NULL) fun(err, error_arg);
 }
 
 #if SM_DEBUG

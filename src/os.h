@@ -17,6 +17,8 @@ void smi_os_free(void *p, size_t size);
  * memory reads as zero afterwards (MADV_DONTNEED), otherwise it may keep its contents until the
  * kernel reclaims it (MADV_FREE). Returns true iff the range now reads as zero. */
 bool smi_os_purge(void *p, size_t size, bool decommit);
+/* make [p, p+size) inaccessible (guard pages); false if the OS refused */
+bool smi_os_protect(void *p, size_t size);
 size_t smi_os_page_size(void);
 void smi_os_random_bytes(void *buf, size_t n);
 uint64_t smi_os_now_ms(void);

@@ -29,6 +29,13 @@ void smi_os_init(void) {
 
 size_t smi_os_page_size(void) { return os_page_size; }
 
+bool smi_os_protect(void *p, size_t size) {
+  int saved = errno;
+  bool ok = mprotect(p, size, PROT_NONE) == 0;
+  errno = saved;
+  return ok;
+}
+
 static void *os_mmap(void *hint, size_t size) {
   void *p = mmap(hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? NULL : p;

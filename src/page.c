@@ -129,6 +129,17 @@ void smi_page_collect(sm_page_t *page) {
   }
 }
 
+#if SM_SECURE
+static size_t gcd(size_t a, size_t b) {
+  while (b != 0) {
+    size_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+#endif
+
 /* Carve the next few blocks of the page into the (empty) free list. Done a little at a time so
  * that a fresh page costs page faults only for what is used. */
 static void page_extend(sm_page_t *page) {
@@ -141,6 +152,25 @@ static void page_extend(sm_page_t *page) {
   uint8_t *last = first + (extend - 1) * bsize;
 #if SM_DEBUG
   memset(first, 0xDF, extend * bsize); /* fresh blocks look freed: malloc checks the pattern */
+#endif
+#if SM_SECURE
+  if (extend > 1) { /* link the new blocks in a random order: a stride coprime to their count */
+    uint64_t r = smi_heap_random(smi_page_heap(page));
+    size_t start = r % extend, stride = 1 + (size_t)(r >> 32) % (extend - 1);
+    while (gcd(stride, extend) != 1) stride = stride % (extend - 1) + 1; /* stride 1 always qualifies */
+    sm_block_t *head = NULL, *prev = NULL;
+    for (size_t k = 0; k < extend; k++) {
+      sm_block_t *b = (sm_block_t *)(first + ((start + k * stride) % extend) * bsize);
+      if (prev != NULL) smi_block_set_next(page, prev, b);
+      else head = b;
+      prev = b;
+    }
+    smi_block_set_next(page, prev, NULL);
+    page->free = head;
+    page->free_is_zero = page->mem_is_zero;
+    page->capacity += (uint32_t)extend;
+    return;
+  }
 #endif
   for (uint8_t *b = first; b < last; b += bsize) smi_block_set_next(page, (sm_block_t *)b, (sm_block_t *)(b + bsize));
   smi_block_set_next(page, (sm_block_t *)last, NULL);
@@ -229,6 +259,13 @@ static sm_page_t *page_queue_find_free(sm_heap_t *heap, size_t bin) {
   sm_page_t *page = pq->first;
   while (page != NULL) {
     sm_page_t *next = page->next;
+#if SM_SECURE
+    /* sometimes carve fresh blocks before reusing freed ones: the next address is less predictable */
+    if (page->free == NULL && smi_page_is_expandable(page) && (smi_heap_random(heap) & 1)) {
+      page_extend(page);
+      break;
+    }
+#endif
     smi_page_collect(page);
     if (page->free != NULL) break;
     if (smi_page_is_expandable(page)) {

@@ -215,7 +215,9 @@ static void *os_alloc_or_flush(size_t size, size_t alignment, size_t offset) {
 static uint64_t tld_now(sm_tld_t *tld) { return tld->now_ms = smi_os_now_ms(); }
 
 static size_t page_area(const sm_segment_t *segment, const sm_page_t *page) {
-  uint8_t *page_end = (uint8_t *)segment + ((size_t)(page - segment->pages) + 1) * ((size_t)1 << (segment->kind <= SM_SEGMENT_MEDIUM ? segment->page_shift : SM_SEGMENT_SHIFT));
+  size_t index = (size_t)(page - segment->pages);
+  uint8_t *page_end = (uint8_t *)segment + (index + 1) * ((size_t)1 << (segment->kind <= SM_SEGMENT_MEDIUM ? segment->page_shift : SM_SEGMENT_SHIFT));
+  if (index == segment->page_count - 1) page_end -= SM_GUARD_SIZE; /* the segment's end guard */
   return (size_t)(page_end - page->start);
 }
 
@@ -247,11 +249,34 @@ void smi_segments_purge_expired(sm_tld_t *tld, bool force) {
 
 /* ---- segment allocation ---- */
 
+/* bytes before page 0's first block (header, and in secure builds its guard page) */
 static size_t segment_header_size(size_t page_count) {
+#if SM_SECURE
+  (void)page_count;
+  return SM_SECURE_HEADER_SIZE + SM_GUARD_SIZE;
+#else
   return smi_align_up(sizeof(sm_segment_t) + page_count * sizeof(sm_page_t), SM_OS_PAGE_SIZE);
+#endif
+}
+
+/* secure builds: guard pages after the header and at the end of a fresh mapping (cached ones
+ * keep theirs: the positions are the same for every kind) */
+static void segment_protect(sm_segment_t *segment, size_t size) {
+#if SM_SECURE
+  if (!smi_os_protect((uint8_t *)segment + SM_SECURE_HEADER_SIZE, SM_GUARD_SIZE) ||
+      !smi_os_protect((uint8_t *)segment + size - SM_GUARD_SIZE, SM_GUARD_SIZE))
+    smi_warning("cannot set guard pages in segment %p (vm.max_map_count reached?)", (void *)segment);
+#else
+  (void)segment;
+  (void)size;
+#endif
 }
 
 _Static_assert(sizeof(sm_segment_t) + sizeof(sm_page_t) <= SM_HUGE_HEADER_SIZE, "a huge header fits one page");
+#if SM_SECURE
+_Static_assert(sizeof(sm_segment_t) + SM_SMALL_PAGES_PER_SEGMENT * sizeof(sm_page_t) <= SM_SECURE_HEADER_SIZE,
+               "every header fits the secure header area");
+#endif
 _Static_assert(sizeof(sm_segment_t) + SM_SMALL_PAGES_PER_SEGMENT * sizeof(sm_page_t) <= SM_SMALL_PAGE_SIZE / 4,
                "segment metadata stays a small part of the first page");
 
@@ -288,6 +313,7 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
     if (segment == NULL) return NULL;
     zero = true;
     segment_map_set(segment, true);
+    segment_protect(segment, SM_SEGMENT_SIZE);
   }
   size_t count = kind == SM_SEGMENT_SMALL ? SM_SMALL_PAGES_PER_SEGMENT : kind == SM_SEGMENT_MEDIUM ? SM_SEGMENT_SIZE / SM_MEDIUM_PAGE_SIZE : 1;
   size_t shift = kind == SM_SEGMENT_SMALL ? SM_SMALL_PAGE_SHIFT : kind == SM_SEGMENT_MEDIUM ? SM_MEDIUM_PAGE_SHIFT : SM_LARGE_PAGE_SHIFT;
@@ -381,7 +407,7 @@ void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld) {
 void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
   if (size > SM_MAX_ALLOC_SIZE) return smi_enomem();
   size_t header = SM_HUGE_HEADER_SIZE, offset, align;
-  if (alignment <= header) {
+  if (alignment <= SM_OS_PAGE_SIZE) { /* the header size is a multiple of the OS page */
     offset = header;
     align = SM_SEGMENT_SIZE;
   } else if (alignment < SM_SEGMENT_SIZE) {
@@ -392,7 +418,7 @@ void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
     align = alignment;
   }
   /* whole segments, so that freed huge mappings can be cached and reused for other sizes */
-  size_t map_size = smi_align_up(offset + size, SM_SEGMENT_SIZE);
+  size_t map_size = smi_align_up(offset + size + SM_GUARD_SIZE, SM_SEGMENT_SIZE);
   if (map_size < size) return smi_enomem();
   sm_segment_t *segment = NULL;
   bool mem_zero = true;
@@ -408,11 +434,12 @@ void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
     segment = os_alloc_or_flush(map_size, align, align == SM_SEGMENT_SIZE ? 0 : offset);
     if (segment == NULL) return smi_enomem();
     smi_stat_inc(SM_STAT_HUGE_ALLOC);
+    segment_protect(segment, map_size);
   }
   segment_init_header(segment, SM_SEGMENT_HUGE, 1, SM_LARGE_PAGE_SHIFT, map_size, 0, mem_zero);
   sm_page_t *page = &segment->pages[0];
   page->start = (uint8_t *)segment + offset;
-  page->block_size = map_size - offset;
+  page->block_size = map_size - offset - SM_GUARD_SIZE;
   page->capacity = page->reserved = page->used = 1;
   page->in_use = 1;
   segment->used = 1;

@@ -22,7 +22,7 @@ size_t sm_good_size(size_t size) {
   if (size <= SM_LARGE_OBJ_MAX) return smi_bin_size(smi_bin_of(size));
   if (size > SM_MAX_ALLOC_SIZE - SM_SEGMENT_SIZE) return size;
   /* huge blocks span whole segments after a one-page header (segment.c, smi_huge_alloc) */
-  return smi_align_up(size + SM_HUGE_HEADER_SIZE, SM_SEGMENT_SIZE) - SM_HUGE_HEADER_SIZE;
+  return smi_align_up(size + SM_HUGE_HEADER_SIZE + SM_GUARD_SIZE, SM_SEGMENT_SIZE) - SM_HUGE_HEADER_SIZE - SM_GUARD_SIZE;
 }
 
 #if SM_DEBUG

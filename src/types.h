@@ -47,7 +47,19 @@
 #define SM_SMALL_OBJ_MAX (SM_SMALL_PAGE_SIZE / 4)   /* 16 KiB */
 #define SM_MEDIUM_OBJ_MAX (SM_MEDIUM_PAGE_SIZE / 4) /* 128 KiB */
 #define SM_LARGE_OBJ_MAX (SM_SEGMENT_SIZE / 2)      /* 2 MiB; above: huge, a mapping of its own */
-#define SM_HUGE_HEADER_SIZE SM_OS_PAGE_SIZE         /* a huge segment's header: one page */
+/* Secure builds put a PROT_NONE guard page after every segment header and at the end of every
+ * segment, so a linear overflow reaches neither metadata nor the next segment. The header area
+ * is then the same for every kind (8 KiB), so guards stay in place when a cached segment is
+ * reused as another kind. */
+#if SM_SECURE
+#define SM_GUARD_SIZE SM_OS_PAGE_SIZE
+#define SM_SECURE_HEADER_SIZE (2 * SM_OS_PAGE_SIZE)
+#define SM_HUGE_HEADER_SIZE (SM_SECURE_HEADER_SIZE + SM_GUARD_SIZE) /* where a huge block starts */
+#define SM_QUARANTINE_MAX 256
+#else
+#define SM_GUARD_SIZE 0
+#define SM_HUGE_HEADER_SIZE SM_OS_PAGE_SIZE /* a huge segment's header: one page */
+#endif
 
 /* direct table: sizes up to SM_DIRECT_MAX index heap->pages_direct by (size+7)/8 */
 #define SM_DIRECT_MAX 1024
@@ -163,6 +175,10 @@ typedef struct sm_heap_s {
   uint64_t random;
   struct sm_heap_s *pool_next;
   bool full_have_free;        /* the purger left free blocks in full pages: owner, have a look */
+#if SM_SECURE
+  void *quarantine[SM_QUARANTINE_MAX]; /* freed blocks waiting before their real free (FIFO ring) */
+  size_t quarantine_head, quarantine_count;
+#endif
   /* From here on: fields the purger reads without the lock, kept when a heap is reused.
    * The owner takes `lock` in its slow paths only (never on a fast path); the background purger
    * only tries it, for heaps that have been idle (slow_calls unchanged) since its last look. */
