@@ -33,7 +33,7 @@ static inline void *heap_malloc_zero(sm_heap_t *heap, size_t size) {
 static size_t usable_raw(const void *p) {
   const sm_segment_t *segment = smi_ptr_segment(p);
   const sm_page_t *page = smi_segment_page_of(segment, p);
-  size_t offset = (size_t)((const uint8_t *)p - page->start);
+  size_t offset = (size_t)((const uint8_t *)p - smi_page_start(page));
   return page->block_size - (smi_page_has_aligned(page) ? offset % page->block_size : 0);
 }
 
@@ -55,7 +55,9 @@ static uint32_t canary_of(const void *p) { return (uint32_t)(((uintptr_t)p >> 3)
 /* the requested size recorded in p's padding (the whole span if the record is damaged) */
 static size_t padding_requested(const void *p, size_t usable) {
   uint32_t delta;
+  smi_track_defined((const uint8_t *)p + usable - 4, 4);
   memcpy(&delta, (const uint8_t *)p + usable - 4, 4);
+  smi_track_noaccess((const uint8_t *)p + usable - 4, 4);
   return delta >= SM_PADDING && delta <= usable ? usable - delta : usable;
 }
 
@@ -63,11 +65,13 @@ static void *padding_finish(void *p, size_t size, bool zero) {
   if (p == NULL) return NULL;
   uint8_t *b = p;
   size_t usable = usable_raw(p);
+  smi_track_undefined(b, usable);
+  memset(b, 0, sizeof(sm_block_t) < size ? sizeof(sm_block_t) : size); /* no link leaks out */
 #if SM_DEBUG
   const sm_segment_t *segment = smi_ptr_segment(p);
   if (segment->kind != SM_SEGMENT_HUGE) { /* freed (and fresh) blocks carry SM_FILL_FREED */
     const sm_page_t *page = smi_segment_page_of(segment, p);
-    const uint8_t *block = page->start + (size_t)(b - page->start) / page->block_size * page->block_size;
+    const uint8_t *block = smi_page_start(page) + (size_t)(b - smi_page_start(page)) / page->block_size * page->block_size;
     for (size_t i = sizeof(sm_block_t); i < page->block_size; i++) {
       if (block[i] != SM_FILL_FREED) {
         smi_error(EFAULT, "write after free in block %p (block size %zu): byte %zu was written", (void *)block, page->block_size, i);
@@ -83,6 +87,8 @@ static void *padding_finish(void *p, size_t size, bool zero) {
   uint32_t canary = canary_of(p), delta = (uint32_t)(usable - size);
   memcpy(b + size, &canary, 4);
   memcpy(b + usable - 4, &delta, 4);
+  smi_track_malloc(b, size, zero);
+  smi_track_noaccess(b + size, usable - size); /* the padding is not the program's */
   return p;
 }
 
@@ -92,6 +98,7 @@ void smi_padding_check(const void *p, size_t block_size) {
   size_t usable = usable_raw(p);
   size_t size = padding_requested(p, usable);
   uint32_t canary;
+  smi_track_defined(b + size, usable - size);
   memcpy(&canary, b + size, 4);
   size_t bad = SIZE_MAX;
   if (size == usable || canary != canary_of(p)) {
@@ -103,8 +110,20 @@ void smi_padding_check(const void *p, size_t block_size) {
     if (b[i] != SM_FILL_SLACK) bad = i;
   }
 #endif
+  smi_track_noaccess(b + size, usable - size);
   if (bad != SIZE_MAX)
     smi_error(EFAULT, "buffer overflow in block %p (requested %zu bytes, block size %zu): byte %zu was overwritten", p, size, block_size, bad);
+}
+
+/* free: the program's part of the block is no longer the program's */
+void smi_track_block_free(void *p) {
+#if SM_TRACK
+  size_t usable = usable_raw(p);
+  smi_track_free(p, padding_requested(p, usable));
+  smi_track_noaccess(p, usable);
+#else
+  (void)p;
+#endif
 }
 
 size_t smi_usable_size(const void *p) {

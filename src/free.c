@@ -65,7 +65,7 @@ static void free_remote(sm_page_t *page, sm_block_t *block) {
 
 /* the block that an interior (aligned) pointer lies in */
 static sm_block_t *page_block_of(const sm_page_t *page, const void *p) {
-  size_t offset = (size_t)((const uint8_t *)p - page->start);
+  size_t offset = (size_t)((const uint8_t *)p - smi_page_start(page));
   return (sm_block_t *)((uintptr_t)p - offset % page->block_size);
 }
 
@@ -82,8 +82,8 @@ static bool list_contains(const sm_page_t *page, const sm_block_t *list, const s
 static bool block_is_free(const sm_page_t *page, const sm_block_t *block) {
   uintptr_t next = (uintptr_t)smi_block_next(page, block);
   size_t span = (size_t)page->capacity * page->block_size;
-  if (next != 0 && (next < (uintptr_t)page->start || next >= (uintptr_t)page->start + span ||
-                    (next - (uintptr_t)page->start) % page->block_size != 0))
+  if (next != 0 && (next < (uintptr_t)smi_page_start(page) || next >= (uintptr_t)smi_page_start(page) + span ||
+                    (next - (uintptr_t)smi_page_start(page)) % page->block_size != 0))
     return false;
   uintptr_t tf = atomic_load_explicit(&((sm_page_t *)page)->thread_free, memory_order_acquire);
   return list_contains(page, page->free, block) || list_contains(page, page->local_free, block) ||
@@ -100,14 +100,14 @@ static bool free_check(const void *p, sm_segment_t **segment_out, sm_page_t **pa
     return false;
   }
   sm_page_t *page = smi_segment_page_of(segment, p);
-  if (sm_unlikely(!page->in_use || (const uint8_t *)p < page->start ||
-                  (const uint8_t *)p >= page->start + (size_t)page->capacity * page->block_size)) {
+  if (sm_unlikely(!page->in_use || (const uint8_t *)p < smi_page_start(page) ||
+                  (const uint8_t *)p >= smi_page_start(page) + (size_t)page->capacity * page->block_size)) {
     smi_error(EINVAL, "free of an invalid pointer %p (not in a live block)", p);
     return false;
   }
-  size_t offset = (size_t)((const uint8_t *)p - page->start);
+  size_t offset = (size_t)((const uint8_t *)p - smi_page_start(page));
   if (sm_unlikely(offset % page->block_size != 0 && !smi_page_has_aligned(page))) {
-    smi_error(EINVAL, "free of an interior pointer %p (block %p of size %zu)", p, (void *)(page->start + offset - offset % page->block_size), page->block_size);
+    smi_error(EINVAL, "free of an interior pointer %p (block %p of size %zu)", p, (void *)(smi_page_start(page) + offset - offset % page->block_size), page->block_size);
     return false;
   }
   const sm_block_t *block = (const sm_block_t *)((const uint8_t *)p - offset % page->block_size);
@@ -116,6 +116,7 @@ static bool free_check(const void *p, sm_segment_t **segment_out, sm_page_t **pa
     return false;
   }
   smi_padding_check(p, page->block_size);
+  smi_track_block_free((void *)p);
 #if SM_DEBUG
   if (segment->kind != SM_SEGMENT_HUGE) /* freed memory carries a pattern that malloc checks */
     memset((uint8_t *)block + sizeof(sm_block_t), 0xDF, page->block_size - sizeof(sm_block_t));
@@ -161,7 +162,7 @@ static inline void free_block(void *p, sm_segment_t *segment, sm_page_t *page) {
  * the block to free now (p, an older one, or NULL). */
 static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page) {
   if (smi_option(SM_OPT_ZERO_ON_FREE) && segment->kind != SM_SEGMENT_HUGE) {
-    size_t offset = (size_t)((uint8_t *)p - page->start) % page->block_size;
+    size_t offset = (size_t)((uint8_t *)p - smi_page_start(page)) % page->block_size;
     memset((uint8_t *)p - offset, 0, page->block_size);
   }
   long cap = smi_option(SM_OPT_QUARANTINE);

@@ -7,6 +7,7 @@
 #include "shardmalloc.h"
 #include "types.h"
 #include "os.h"
+#include "track.h"
 
 #include <errno.h>
 #include <string.h>
@@ -191,6 +192,7 @@ void *smi_malloc_aligned(sm_heap_t *heap, size_t size, size_t alignment, size_t 
 void *smi_realloc(void *p, size_t newsize, bool free_on_fail);
 size_t smi_usable_size(const void *p);
 void smi_padding_check(const void *p, size_t block_size);
+void smi_track_block_free(void *p);
 void *smi_enomem(void);
 
 /* ---- small shared helpers ---- */
@@ -208,26 +210,37 @@ static inline sm_page_t *smi_segment_page_of(const sm_segment_t *segment, const 
   size_t idx = ((uintptr_t)p - (uintptr_t)segment) >> segment->page_shift;
   return (sm_page_t *)&segment->pages[idx];
 }
+/* valgrind builds keep the page start flipped, so that memcheck's leak scan of our metadata does
+ * not take it for a pointer to the page's first block (which would hide a leak of that block) */
+#define SM_START_XOR (SM_VALGRIND ? (uintptr_t)1 << 63 : 0)
+static inline uint8_t *smi_page_start(const sm_page_t *page) { return (uint8_t *)(page->start_ ^ SM_START_XOR); }
+static inline void smi_page_set_start(sm_page_t *page, uint8_t *start) { page->start_ = (uintptr_t)start ^ SM_START_XOR; }
+
 static inline sm_segment_t *smi_page_segment(const sm_page_t *page) {
   return (sm_segment_t *)((uintptr_t)page & ~(uintptr_t)SM_SEGMENT_MASK);
 }
 
 /* free-list links: plain pointers, encoded with per-page keys in secure builds */
 static inline sm_block_t *smi_block_next(const sm_page_t *page, const sm_block_t *block) {
+  smi_track_defined(block, sizeof *block);
 #if SM_SECURE
-  return (sm_block_t *)(((uintptr_t)block->next ^ page->keys[0]) - page->keys[1]);
+  sm_block_t *next = (sm_block_t *)(((uintptr_t)block->next ^ page->keys[0]) - page->keys[1]);
 #else
   (void)page;
-  return block->next;
+  sm_block_t *next = block->next;
 #endif
+  smi_track_noaccess(block, sizeof *block);
+  return next;
 }
 static inline void smi_block_set_next(const sm_page_t *page, sm_block_t *block, sm_block_t *next) {
+  smi_track_undefined(block, sizeof *block);
 #if SM_SECURE
   block->next = (sm_block_t *)(((uintptr_t)next + page->keys[1]) ^ page->keys[0]);
 #else
   (void)page;
   block->next = next;
 #endif
+  smi_track_noaccess(block, sizeof *block);
 }
 
 /* thread_free packs a block pointer with the delay state in its 2 low bits */
@@ -256,8 +269,8 @@ static inline void *smi_page_pop(sm_page_t *page, sm_block_t *block) {
 #if SM_CHECK_FREES
   /* a link that leaves its page is corruption (a write after free): report it, never follow it */
   sm_block_t *next = smi_block_next(page, block);
-  if (sm_unlikely(next != NULL && ((uint8_t *)next < page->start ||
-                                   (uint8_t *)next >= page->start + (size_t)page->capacity * page->block_size))) {
+  if (sm_unlikely(next != NULL && ((uint8_t *)next < smi_page_start(page) ||
+                                   (uint8_t *)next >= smi_page_start(page) + (size_t)page->capacity * page->block_size))) {
     smi_page_free_list_corrupted(page, block);
     next = NULL;
   }
@@ -266,10 +279,7 @@ static inline void *smi_page_pop(sm_page_t *page, sm_block_t *block) {
   page->free = smi_block_next(page, block);
 #endif
   page->used++;
-#if SM_SECURE
-  block->next = NULL; /* no encoded pointer leaks to the program */
-#endif
-  return block;
+  return block; /* padded builds clear the link word in alloc.c (padding_finish) */
 }
 
 static inline void *smi_heap_malloc_small(sm_heap_t *heap, size_t size) {

@@ -109,7 +109,7 @@ void smi_page_collect_remote(sm_page_t *page) {
   while ((next = smi_block_next(page, tail)) != NULL) {
     tail = next;
     if (sm_unlikely(++count > page->capacity)) {
-      smi_error(EFAULT, "corrupted thread-free list in page %p (block size %zu)", (void *)page->start, page->block_size);
+      smi_error(EFAULT, "corrupted thread-free list in page %p (block size %zu)", (void *)smi_page_start(page), page->block_size);
       return; /* leak the list rather than follow it */
     }
   }
@@ -148,8 +148,9 @@ static void page_extend(sm_page_t *page) {
   size_t extend = page->reserved - page->capacity;
   size_t max = bsize >= SM_EXTEND_BYTES / SM_EXTEND_MIN ? SM_EXTEND_MIN : SM_EXTEND_BYTES / bsize;
   if (extend > max) extend = max;
-  uint8_t *first = page->start + (size_t)page->capacity * bsize;
+  uint8_t *first = smi_page_start(page) + (size_t)page->capacity * bsize;
   uint8_t *last = first + (extend - 1) * bsize;
+  smi_track_undefined(first, extend * bsize); /* memory of a reused mapping may be marked freed */
 #if SM_DEBUG
   memset(first, 0xDF, extend * bsize); /* fresh blocks look freed: malloc checks the pattern */
 #endif
@@ -166,6 +167,7 @@ static void page_extend(sm_page_t *page) {
       prev = b;
     }
     smi_block_set_next(page, prev, NULL);
+    smi_track_noaccess(first, extend * bsize);
     page->free = head;
     page->free_is_zero = page->mem_is_zero;
     page->capacity += (uint32_t)extend;
@@ -174,6 +176,7 @@ static void page_extend(sm_page_t *page) {
 #endif
   for (uint8_t *b = first; b < last; b += bsize) smi_block_set_next(page, (sm_block_t *)b, (sm_block_t *)(b + bsize));
   smi_block_set_next(page, (sm_block_t *)last, NULL);
+  smi_track_noaccess(first, extend * bsize); /* not the program's until allocated */
   page->free = (sm_block_t *)first;
   page->free_is_zero = page->mem_is_zero && !SM_DEBUG;
   page->capacity += (uint32_t)extend;
@@ -201,7 +204,7 @@ void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t a
 #if SM_CHECK_FREES
 void smi_page_free_list_corrupted(sm_page_t *page, const sm_block_t *block) {
   smi_error(EFAULT, "free list of page %p (block size %zu) corrupted at block %p: written after free?",
-            (void *)page->start, page->block_size, (const void *)block);
+            (void *)smi_page_start(page), page->block_size, (const void *)block);
 }
 #endif
 

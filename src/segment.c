@@ -47,7 +47,7 @@ static const sm_segment_t *segment_containing(const void *p) {
 bool sm_check_owned(const void *p) {
   if (p == NULL) return false;
   const sm_segment_t *seg = segment_containing(p);
-  return seg != NULL && (const uint8_t *)p >= seg->pages[0].start;
+  return seg != NULL && (const uint8_t *)p >= smi_page_start(&seg->pages[0]);
 }
 
 /* ---- queues of segments ---- */
@@ -218,7 +218,7 @@ static size_t page_area(const sm_segment_t *segment, const sm_page_t *page) {
   size_t index = (size_t)(page - segment->pages);
   uint8_t *page_end = (uint8_t *)segment + (index + 1) * ((size_t)1 << (segment->kind <= SM_SEGMENT_MEDIUM ? segment->page_shift : SM_SEGMENT_SHIFT));
   if (index == segment->page_count - 1) page_end -= SM_GUARD_SIZE; /* the segment's end guard */
-  return (size_t)(page_end - page->start);
+  return (size_t)(page_end - smi_page_start(page));
 }
 
 static void purge_list_remove(sm_tld_t *tld, sm_page_t *page) {
@@ -232,7 +232,7 @@ static void purge_list_remove(sm_tld_t *tld, sm_page_t *page) {
 
 static void page_purge(sm_segment_t *segment, sm_page_t *page) {
   smi_stat_inc(SM_STAT_PAGE_PURGE);
-  bool zero = smi_os_purge(page->start, page_area(segment, page), smi_option(SM_OPT_PURGE_DECOMMITS) != 0);
+  bool zero = smi_os_purge(smi_page_start(page), page_area(segment, page), smi_option(SM_OPT_PURGE_DECOMMITS) != 0);
   page->mem_is_zero = zero;
 }
 
@@ -283,6 +283,7 @@ _Static_assert(sizeof(sm_segment_t) + SM_SMALL_PAGES_PER_SEGMENT * sizeof(sm_pag
 static void segment_init_header(sm_segment_t *segment, sm_segment_kind_t kind, size_t page_count, size_t page_shift,
                                 size_t size, uintptr_t thread_id, bool mem_zero) {
   size_t header = segment_header_size(page_count);
+  smi_track_undefined(segment, sizeof(sm_segment_t) + page_count * sizeof(sm_page_t)); /* may overlay old blocks */
   memset(segment, 0, sizeof(sm_segment_t) + page_count * sizeof(sm_page_t)); /* cached ones are stale */
   segment->kind = (uint8_t)kind;
   segment->page_count = page_count;
@@ -294,7 +295,7 @@ static void segment_init_header(sm_segment_t *segment, sm_segment_kind_t kind, s
   size_t page_size = kind <= SM_SEGMENT_MEDIUM ? (size_t)1 << page_shift : size;
   for (size_t i = 0; i < page_count; i++) {
     sm_page_t *page = &segment->pages[i];
-    page->start = (uint8_t *)segment + (i == 0 ? header : i * page_size);
+    smi_page_set_start(page, (uint8_t *)segment + (i == 0 ? header : i * page_size));
     page->mem_is_zero = mem_zero;
     atomic_store_explicit(&page->thread_free, smi_tf_make(NULL, SM_DELAY_NEVER), memory_order_relaxed);
   }
@@ -438,7 +439,7 @@ void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
   }
   segment_init_header(segment, SM_SEGMENT_HUGE, 1, SM_LARGE_PAGE_SHIFT, map_size, 0, mem_zero);
   sm_page_t *page = &segment->pages[0];
-  page->start = (uint8_t *)segment + offset;
+  smi_page_set_start(page, (uint8_t *)segment + offset);
   page->block_size = map_size - offset - SM_GUARD_SIZE;
   page->capacity = page->reserved = page->used = 1;
   page->in_use = 1;
@@ -446,8 +447,8 @@ void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
   segment_map_set(segment, true);
   smi_gauge_add(SM_GAUGE_HUGE, (int64_t)map_size);
   smi_gauge_add(SM_GAUGE_HUGE_COUNT, 1);
-  if (zero && !mem_zero) memset(page->start, 0, size);
-  return page->start;
+  if (zero && !mem_zero) memset(smi_page_start(page), 0, size);
+  return smi_page_start(page);
 }
 
 void smi_huge_free(sm_segment_t *segment) {
@@ -610,7 +611,7 @@ void smi_segments_visit_abandoned(size_t max) {
       if (page->used != 0) continue;
       page->in_use = 0;
       page->free = page->local_free = NULL;
-      page->mem_is_zero = smi_os_purge(page->start, page_area(segment, page), decommit);
+      page->mem_is_zero = smi_os_purge(smi_page_start(page), page_area(segment, page), decommit);
       smi_stat_inc(SM_STAT_PAGE_PURGE);
       segment->used--;
     }

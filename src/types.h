@@ -25,7 +25,14 @@
 #ifndef SM_OVERRIDE
 #define SM_OVERRIDE 1 /* define malloc/free/... (off under TSan/ASan, which own malloc) */
 #endif
-#define SM_CHECK_FREES (SM_SECURE || SM_DEBUG) /* validate every pointer passed to free */
+#ifndef SM_VALGRIND
+#define SM_VALGRIND 0
+#endif
+#ifndef SM_ASAN
+#define SM_ASAN 0
+#endif
+/* validate every pointer passed to free, and pad blocks to record their requested size */
+#define SM_CHECK_FREES (SM_SECURE || SM_DEBUG || SM_VALGRIND || SM_ASAN)
 
 #define SM_KiB ((size_t)1024)
 #define SM_MiB (SM_KiB * SM_KiB)
@@ -107,7 +114,7 @@ typedef struct sm_page_s {
   uint32_t capacity; /* blocks carved out so far (free lists are built lazily) */
   uint32_t reserved; /* blocks that fit the page */
   _Atomic(struct sm_heap_s *) heap; /* owner heap; NULL while abandoned */
-  uint8_t *start;       /* first block */
+  uintptr_t start_;     /* first block: use smi_page_start (hidden from valgrind's leak scan) */
   struct sm_page_s *next, *prev; /* in a heap page queue, or in the tld purge list when unused */
   uint64_t purge_at;    /* ms timestamp at which an unused page is purged */
   uint8_t in_use;       /* handed out by its segment */

@@ -1,0 +1,37 @@
+/* track.h: telling memory checkers which bytes the program may touch.
+ *   SM_VALGRIND: memcheck client requests, so valgrind reports leaks, invalid accesses and
+ *                use-after-free in programs running on shardmalloc as it does under glibc;
+ *   SM_ASAN:     AddressSanitizer poisoning, for ASan-instrumented programs that use the sm_ API
+ *                (ASan owns malloc itself, so that build does not override it).
+ * Both are padded builds (SM_CHECK_FREES): the requested size of every block is known. Blocks are
+ * addressable only between allocation and free; the allocator's own accesses to free blocks (the
+ * free-list link) open the link word for the duration. Without either option all of this
+ * compiles to nothing. */
+#ifndef SM_TRACK_H
+#define SM_TRACK_H
+
+#if SM_VALGRIND
+#include <valgrind/memcheck.h>
+#define smi_track_malloc(p, size, zero) VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, zero)
+#define smi_track_free(p, size) VALGRIND_FREELIKE_BLOCK(p, 0)
+#define smi_track_undefined(p, size) VALGRIND_MAKE_MEM_UNDEFINED(p, size)
+#define smi_track_defined(p, size) VALGRIND_MAKE_MEM_DEFINED(p, size)
+#define smi_track_noaccess(p, size) VALGRIND_MAKE_MEM_NOACCESS(p, size)
+#elif SM_ASAN
+void __asan_poison_memory_region(void const volatile *addr, size_t size);
+void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
+#define smi_track_malloc(p, size, zero) __asan_unpoison_memory_region(p, size)
+#define smi_track_free(p, size) __asan_poison_memory_region(p, size)
+#define smi_track_undefined(p, size) __asan_unpoison_memory_region(p, size)
+#define smi_track_defined(p, size) __asan_unpoison_memory_region(p, size)
+#define smi_track_noaccess(p, size) __asan_poison_memory_region(p, size)
+#else
+#define smi_track_malloc(p, size, zero) ((void)0)
+#define smi_track_free(p, size) ((void)0)
+#define smi_track_undefined(p, size) ((void)0)
+#define smi_track_defined(p, size) ((void)0)
+#define smi_track_noaccess(p, size) ((void)0)
+#endif
+#define SM_TRACK (SM_VALGRIND || SM_ASAN)
+
+#endif
