@@ -174,6 +174,13 @@ void *smi_realloc(void *p, size_t newsize, bool free_on_fail) {
   }
   size_t usable = smi_usable_size(p);
   if (!SM_CHECK_FREES && newsize <= usable && newsize >= usable / 2) return p; /* else the padding moves */
+  if (!SM_CHECK_FREES && newsize > usable && newsize > SM_LARGE_OBJ_MAX) {
+    sm_segment_t *segment = smi_ptr_segment(p);
+    if (segment->kind == SM_SEGMENT_HUGE && p == smi_page_start(&segment->pages[0])) {
+      void *q = smi_huge_remap(segment, newsize); /* a huge block grows by moving pages, not bytes */
+      if (q != NULL) return q;
+    }
+  }
   void *q = sm_malloc(newsize);
   if (sm_unlikely(q == NULL)) {
     if (free_on_fail) sm_free(p);

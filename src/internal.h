@@ -130,6 +130,7 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size);
 void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld);
 void *smi_huge_alloc(size_t size, size_t alignment, bool zero);
 void smi_huge_free(sm_segment_t *segment);
+void *smi_huge_remap(sm_segment_t *segment, size_t newsize);
 bool smi_huge_resize_in_place(sm_segment_t *segment, size_t newsize);
 void smi_segments_abandon(sm_heap_t *heap);
 bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max, int kind);

@@ -13,6 +13,9 @@
  * [result, result + size). NULL when the OS refuses. */
 void *smi_os_alloc_aligned(size_t size, size_t alignment, size_t offset);
 void smi_os_free(void *p, size_t size);
+/* Move the mapping [p, p+old_size) to a new one of new_size bytes, aligned to `alignment`,
+ * without copying (page tables move); the old range is gone. NULL (and p intact) on failure. */
+void *smi_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment);
 /* Give the physical memory of [p, p+size) back; the range stays mapped. With decommit the
  * memory reads as zero afterwards (MADV_DONTNEED), otherwise it may keep its contents until the
  * kernel reclaims it (MADV_FREE). Returns true iff the range now reads as zero. */

@@ -79,6 +79,24 @@ void *smi_os_alloc_aligned(size_t size, size_t alignment, size_t offset) {
   return result;
 }
 
+void *smi_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment) {
+  int saved = errno;
+  void *result = NULL;
+  if (mremap(p, old_size, new_size, 0) == p) { /* grew in place: the space after it was free */
+    result = p;
+  } else {
+    /* reserve an aligned range, then move the pages into it */
+    uint8_t *target = smi_os_alloc_aligned(new_size, alignment, 0);
+    if (target != NULL) {
+      void *moved = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+      if (moved == MAP_FAILED) munmap(target, new_size);
+      else result = moved;
+    }
+  }
+  errno = saved;
+  return result;
+}
+
 void smi_os_free(void *p, size_t size) {
   int saved = errno;
   munmap(p, size);

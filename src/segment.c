@@ -451,6 +451,32 @@ void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
   return smi_page_start(page);
 }
 
+/* Grow a huge block by moving its pages (no copy). Only for plain huge segments in builds without
+ * guard pages. Returns the block's new address, or NULL (block untouched). */
+void *smi_huge_remap(sm_segment_t *segment, size_t newsize) {
+  if (SM_GUARD_SIZE != 0 || segment->kind != SM_SEGMENT_HUGE || (uint8_t *)segment != segment->map_start) return NULL;
+  size_t offset = (size_t)(smi_page_start(&segment->pages[0]) - (uint8_t *)segment);
+  size_t map_size = smi_align_up(offset + newsize, SM_SEGMENT_SIZE);
+  if (map_size < newsize || newsize > SM_MAX_ALLOC_SIZE) return NULL;
+  size_t old_size = segment->map_size;
+  segment_map_set(segment, false);
+  sm_segment_t *moved = smi_os_remap_aligned(segment, old_size, map_size, SM_SEGMENT_SIZE);
+  if (moved == NULL) {
+    segment_map_set(segment, true);
+    return NULL;
+  }
+  moved->size = moved->map_size = map_size;
+  moved->map_start = (uint8_t *)moved;
+  moved->cookie = (uintptr_t)moved ^ smi_process_secret;
+  sm_page_t *page = &moved->pages[0];
+  smi_page_set_start(page, (uint8_t *)moved + offset);
+  page->block_size = map_size - offset;
+  segment_map_set(moved, true);
+  smi_gauge_add(SM_GAUGE_MAPPED, (int64_t)(map_size - old_size));
+  smi_gauge_add(SM_GAUGE_HUGE, (int64_t)(map_size - old_size));
+  return smi_page_start(page);
+}
+
 void smi_huge_free(sm_segment_t *segment) {
   smi_gauge_add(SM_GAUGE_HUGE, -(int64_t)segment->map_size);
   smi_gauge_add(SM_GAUGE_HUGE_COUNT, -1);
