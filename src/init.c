@@ -25,6 +25,7 @@ uintptr_t smi_process_secret;
 static sm_thread_data_t thread_data_main; /* the first thread's heap: no allocation needed */
 static _Atomic(bool) thread_data_main_taken;
 static _Atomic(uintptr_t) next_thread_id = 2;
+static _Atomic(size_t) live_heaps; /* threads with a heap: the purger runs while there are two */
 static pthread_key_t thread_key;
 
 /* ---- process ---- */
@@ -104,7 +105,6 @@ static sm_thread_data_t *thread_data_alloc(void) {
   pool_release();
   if (heap != NULL) return (sm_thread_data_t *)heap;
   sm_thread_data_t *td = smi_os_alloc_aligned(smi_align_up(sizeof(sm_thread_data_t), SM_OS_PAGE_SIZE), SM_OS_PAGE_SIZE, 0);
-  if (td != NULL) smi_purger_want(); /* a second thread: the process is multi-threaded now */
   return td;
 }
 
@@ -142,7 +142,7 @@ sm_heap_t *smi_thread_init(void) {
   smi_stat_inc(SM_STAT_THREAD_INIT);
   /* from here on this thread can allocate, so the calls below may re-enter malloc */
   process_init_late();
-  if (smi_option(SM_OPT_BACKGROUND_PURGE) == 2) smi_purger_want();
+  if (atomic_fetch_add(&live_heaps, 1) + 1 >= 2 || smi_option(SM_OPT_BACKGROUND_PURGE) == 2) smi_purger_want();
   pthread_setspecific(thread_key, td);
   return &td->heap;
 }
@@ -159,6 +159,7 @@ static void thread_done(void *value) {
   smi_heap_abandon(&td->heap);
   td->heap.thread_id = 0; /* dead: the purger skips it */
   smi_heap_unlock(&td->heap);
+  if (atomic_fetch_sub(&live_heaps, 1) - 1 <= 1 && smi_option(SM_OPT_BACKGROUND_PURGE) != 2) smi_purger_stop();
   smi_tls_heap = &smi_heap_empty;
   smi_tls_tid = 1;
   thread_data_free(td);

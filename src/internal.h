@@ -169,6 +169,7 @@ void smi_heap_unfull_flagged(sm_heap_t *heap);
 void smi_heaps_register(sm_heap_t *heap);
 void smi_purger_want(void);
 void smi_purger_maybe_start(void);
+void smi_purger_stop(void);
 void smi_purger_fork_prepare(void);
 void smi_purger_fork_parent(void);
 void smi_purger_fork_child(void);

@@ -3,13 +3,16 @@
  * Purging normally happens in each thread's own slow path. That fails for memory whose owner has
  * gone quiet: a thread that allocated a lot and sleeps while others free its blocks, pages
  * waiting out their purge delay, cached segments, abandoned segments whose blocks were freed
- * after their thread ended. Once the process has a second thread (or with
- * SHARDMALLOC_BACKGROUND_PURGE=2, always), a detached thread wakes every 100 ms and, for each heap
+ * after their thread ended. While the process has two or more threads that allocate (or with
+ * SHARDMALLOC_BACKGROUND_PURGE=2, always), a thread wakes every 100 ms and, for each heap
  * whose owner has not been in its slow path since the last look, *tries* the heap's slow-path
  * lock (smi_heap_collect_idle: full pages, purge list); then visits a few abandoned segments and
  * sweeps the segment cache. It never waits for a lock, so it never delays an active thread; an
  * owner that wakes up may wait for one bounded collection of its own heap.
- * SHARDMALLOC_BACKGROUND_PURGE=0 turns it off (no thread is ever started). */
+ * SHARDMALLOC_BACKGROUND_PURGE=0 turns it off (no thread is ever started).
+ * A program that is single-threaded stays so: when the second-to-last allocating thread ends, it
+ * does one last pass itself and stops and joins the purger before its own exit completes, so
+ * after pthread_join the program has one thread again (unshare(CLONE_NEWUSER) needs that). */
 #include "internal.h"
 
 #include <pthread.h>
@@ -19,8 +22,12 @@
 
 #define SM_PURGER_TICK_MS 100
 
-enum { PURGER_OFF, PURGER_WANTED, PURGER_RUNNING };
+enum { PURGER_OFF, PURGER_WANTED, PURGER_STARTING, PURGER_RUNNING, PURGER_STOPPING };
 static _Atomic(int) purger_state;
+static pthread_t purger_thread;
+static pthread_mutex_t purger_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t purger_wake = PTHREAD_COND_INITIALIZER;
+static bool purger_stop; /* guarded by purger_mutex */
 static _Atomic(sm_heap_t *) heaps_all; /* every heap, linked by all_next; append-only */
 
 void smi_heap_lock_slow(sm_heap_t *heap) {
@@ -56,6 +63,11 @@ void smi_purger_fork_child(void) { /* it did not survive fork */
   atomic_store(&fork_pending, false);
   atomic_store(&purger_busy, false);
   atomic_store(&purger_state, PURGER_OFF);
+  pthread_mutex_t fresh_mutex = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t fresh_cond = PTHREAD_COND_INITIALIZER;
+  purger_mutex = fresh_mutex;
+  purger_wake = fresh_cond;
+  purger_stop = false;
 }
 
 static void purger_tick(void) {
@@ -77,32 +89,63 @@ static void purger_tick(void) {
 
 static void *purger_main(void *arg) {
   (void)arg;
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals are for the program's threads */
   pthread_setname_np(pthread_self(), "shardmalloc");
-  for (;;) {
-    struct timespec ts = {0, SM_PURGER_TICK_MS * 1000000L};
-    nanosleep(&ts, NULL);
+  pthread_mutex_lock(&purger_mutex);
+  while (!purger_stop) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += SM_PURGER_TICK_MS * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&purger_wake, &purger_mutex, &until);
+    if (purger_stop) break;
+    pthread_mutex_unlock(&purger_mutex);
     atomic_store(&purger_busy, true);
     if (!atomic_load(&fork_pending)) purger_tick();
     atomic_store(&purger_busy, false);
+    pthread_mutex_lock(&purger_mutex);
   }
+  pthread_mutex_unlock(&purger_mutex);
   return NULL;
 }
 
-/* Called at the end of slow paths, with no lock held: pthread_create itself allocates. */
+/* The process is down to one allocating thread: give back what the purger would have, then stop
+ * it and wait until its thread is gone. Called by an ending thread (no lock held). */
+void smi_purger_stop(void) {
+  int state = PURGER_WANTED;
+  if (atomic_compare_exchange_strong(&purger_state, &state, PURGER_OFF)) return; /* never started */
+  if (state != PURGER_RUNNING || !atomic_compare_exchange_strong(&purger_state, &state, PURGER_STOPPING)) return;
+  pthread_mutex_lock(&purger_mutex);
+  purger_stop = true;
+  pthread_cond_signal(&purger_wake);
+  pthread_mutex_unlock(&purger_mutex);
+  pthread_join(purger_thread, NULL);
+  pthread_mutex_lock(&purger_mutex);
+  purger_stop = false;
+  pthread_mutex_unlock(&purger_mutex);
+  smi_segments_visit_abandoned(SIZE_MAX);
+  smi_segment_cache_sweep_due();
+  atomic_store(&purger_state, PURGER_OFF);
+}
+
+/* Called at the end of slow paths, with no lock held: pthread_create itself allocates (and a
+ * nested call sees STARTING and returns). */
 void smi_purger_maybe_start(void) {
   int expected = PURGER_WANTED;
   if (sm_likely(atomic_load_explicit(&purger_state, memory_order_relaxed) != PURGER_WANTED)) return;
-  if (!atomic_compare_exchange_strong(&purger_state, &expected, PURGER_RUNNING)) return;
+  if (!atomic_compare_exchange_strong(&purger_state, &expected, PURGER_STARTING)) return;
   pthread_attr_t attr;
-  pthread_t thread;
   pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_attr_setstacksize(&attr, 64 * 1024);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old); /* the purger inherits a full mask: signals are the program's */
   int saved = errno;
-  if (pthread_create(&thread, &attr, purger_main, NULL) != 0) smi_warning("cannot start the background purger");
+  bool ok = pthread_create(&purger_thread, &attr, purger_main, NULL) == 0;
   errno = saved;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&attr);
+  atomic_store(&purger_state, ok ? PURGER_RUNNING : PURGER_OFF);
 }
