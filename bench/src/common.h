@@ -1,0 +1,175 @@
+/* Shared helpers for the shardmalloc benchmark workloads.
+ *
+ * Every workload is a small stand-alone C11 program that uses only the standard malloc interface,
+ * so any allocator can be slipped under it with LD_PRELOAD. Conventions:
+ *   - it prints one line "RESULT key=value ..." on stdout with its own measurements;
+ *   - it checks its own work: every block carries a tag derived from its address and size in
+ *     its first and last bytes, checked before it is freed; counts and checksums are compared at
+ *     the end. On any mismatch it prints "VERIFY FAILED: ..." on stderr and exits with status 3;
+ *     a NULL from malloc exits with status 4.
+ */
+#ifndef BENCH_COMMON_H
+#define BENCH_COMMON_H
+
+#define _GNU_SOURCE
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+
+#define EXIT_VERIFY 3
+#define EXIT_OOM 4
+
+static inline double now_sec(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+__attribute__((noreturn, format(printf, 1, 2))) static void verify_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("VERIFY FAILED: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  fflush(stderr);
+  _Exit(EXIT_VERIFY);
+}
+
+__attribute__((noreturn)) static void oom_fail(size_t size) {
+  fprintf(stderr, "OUT OF MEMORY: allocation of %zu bytes returned NULL\n", size);
+  fflush(stderr);
+  _Exit(EXIT_OOM);
+}
+
+/* Keep the compiler from eliding an allocation whose result is never read. */
+static inline void escape(void *p) { __asm__ volatile("" : : "g"(p) : "memory"); }
+
+/* ---- small fast PRNG (xorshift64*), one per thread ---- */
+typedef struct { uint64_t s; } rng_t;
+static inline void rng_seed(rng_t *r, uint64_t seed) {
+  r->s = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+  if (r->s == 0) r->s = 1;
+}
+static inline uint64_t rng_next(rng_t *r) {
+  uint64_t x = r->s;
+  x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+  r->s = x;
+  return x * 0x2545F4914F6CDD1Dull;
+}
+/* uniform in [0, n) */
+static inline uint32_t rng_below(rng_t *r, uint32_t n) {
+  return (uint32_t)(((rng_next(r) >> 32) * (uint64_t)n) >> 32);
+}
+
+/* ---- block tagging ----
+ * The tag of a block depends on its address and size. fill_block writes it into the first and
+ * the last (up to) 8 bytes; check_block verifies both ends. Two live blocks that overlap, or a
+ * block that the allocator scribbles on (free-list pointers in live memory), are caught when
+ * either is freed. */
+static inline uint64_t block_tag(const void *p, size_t size) {
+  uint64_t x = (uint64_t)(uintptr_t)p ^ ((uint64_t)size << 48) ^ 0xA5A5C3C3F0F00F0Full;
+  x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33;
+  return x;
+}
+static inline void fill_block(void *p, size_t size) {
+  uint64_t t = block_tag(p, size);
+  unsigned char *c = (unsigned char *)p;
+  if (size >= 16) {
+    memcpy(c, &t, 8);
+    memcpy(c + size - 8, &t, 8);
+  } else {
+    for (size_t i = 0; i < size; i++) c[i] = (unsigned char)(t >> ((i & 7) * 8));
+  }
+}
+static inline int block_ok(const void *p, size_t size) {
+  uint64_t t = block_tag(p, size);
+  const unsigned char *c = (const unsigned char *)p;
+  if (size >= 16) {
+    uint64_t a, b;
+    memcpy(&a, c, 8);
+    memcpy(&b, c + size - 8, 8);
+    return a == t && b == t;
+  }
+  for (size_t i = 0; i < size; i++)
+    if (c[i] != (unsigned char)(t >> ((i & 7) * 8))) return 0;
+  return 1;
+}
+static inline void check_block(const void *p, size_t size, const char *where) {
+  if (!block_ok(p, size)) verify_fail("%s: block %p of %zu bytes was corrupted while live", where, p, size);
+}
+
+/* malloc + NULL check + tag */
+static inline void *xmalloc_tagged(size_t size) {
+  void *p = malloc(size);
+  if (!p) oom_fail(size);
+  fill_block(p, size);
+  return p;
+}
+static inline void xfree_tagged(void *p, size_t size, const char *where) {
+  check_block(p, size, where);
+  free(p);
+}
+
+/* ---- a bounded single-producer single-consumer ring of (pointer, size) items ----
+ * Lock-free; a full producer / empty consumer yields the CPU (threads may outnumber cores). */
+typedef struct { void *p; size_t size; } item_t;
+typedef struct {
+  _Alignas(64) _Atomic size_t head; /* next slot to read (consumer) */
+  _Alignas(64) _Atomic size_t tail; /* next slot to write (producer) */
+  _Alignas(64) size_t cap;          /* power of two */
+  item_t *slots;
+} spsc_t;
+
+static inline void spsc_init(spsc_t *q, size_t cap) {
+  atomic_init(&q->head, 0);
+  atomic_init(&q->tail, 0);
+  q->cap = cap;
+  q->slots = (item_t *)calloc(cap, sizeof(item_t));
+  if (!q->slots) oom_fail(cap * sizeof(item_t));
+}
+static inline void spsc_destroy(spsc_t *q) { free(q->slots); }
+static inline int spsc_try_push(spsc_t *q, item_t it) {
+  size_t t = atomic_load_explicit(&q->tail, memory_order_relaxed);
+  size_t h = atomic_load_explicit(&q->head, memory_order_acquire);
+  if (t - h >= q->cap) return 0;
+  q->slots[t & (q->cap - 1)] = it;
+  atomic_store_explicit(&q->tail, t + 1, memory_order_release);
+  return 1;
+}
+static inline int spsc_try_pop(spsc_t *q, item_t *out) {
+  size_t h = atomic_load_explicit(&q->head, memory_order_relaxed);
+  size_t t = atomic_load_explicit(&q->tail, memory_order_acquire);
+  if (h == t) return 0;
+  *out = q->slots[h & (q->cap - 1)];
+  atomic_store_explicit(&q->head, h + 1, memory_order_release);
+  return 1;
+}
+static inline void spsc_push(spsc_t *q, item_t it) {
+  unsigned spins = 0;
+  while (!spsc_try_push(q, it)) {
+    if (++spins > 64) { sched_yield(); spins = 0; }
+  }
+}
+
+/* ---- argument helpers ---- */
+static inline long arg_long(int argc, char **argv, int i, long def) {
+  return (i < argc) ? strtol(argv[i], NULL, 0) : def;
+}
+
+static inline pthread_t spawn(void *(*fn)(void *), void *arg) {
+  pthread_t t;
+  if (pthread_create(&t, NULL, fn, arg) != 0) {
+    fprintf(stderr, "pthread_create failed\n");
+    exit(2);
+  }
+  return t;
+}
+
+#endif

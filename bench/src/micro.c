@@ -1,0 +1,96 @@
+/* Microbenchmark for the allocator's fast paths.
+ *
+ *   micro pairs OPS            single thread: malloc then free at once, sizes 8..1024 bytes
+ *   micro xthread OPS          4 threads: 2 producers allocate (sizes 8..1024) and pass every block
+ *                              through a lock-free queue to their own consumer, which frees it
+ *                              (every free is a cross-thread free); OPS blocks in total
+ * Prints: RESULT mpairs=<millions of malloc/free pairs per second> pairs=<n> secs=<s>
+ */
+#include "common.h"
+
+#define NSIZES 4096
+static uint16_t sizes[NSIZES];
+static long per_producer;
+static spsc_t queues[2];
+static _Atomic long g_freed;
+
+static void *producer(void *arg) {
+  int id = (int)(intptr_t)arg;
+  unsigned k = (unsigned)id * 1237;
+  for (long i = 0; i < per_producer; i++) {
+    size_t s = sizes[k++ & (NSIZES - 1)];
+    item_t it = {xmalloc_tagged(s), s};
+    spsc_push(&queues[id], it);
+  }
+  return NULL;
+}
+static void *consumer(void *arg) {
+  int id = (int)(intptr_t)arg;
+  long got = 0;
+  unsigned idle = 0;
+  item_t it;
+  while (got < per_producer) {
+    if (spsc_try_pop(&queues[id], &it)) {
+      xfree_tagged(it.p, it.size, "micro xthread");
+      got++;
+      idle = 0;
+    } else if (++idle > 64) {
+      sched_yield();
+      idle = 0;
+    }
+  }
+  atomic_fetch_add(&g_freed, got);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: micro pairs|xthread OPS\n");
+    return 2;
+  }
+  long ops = arg_long(argc, argv, 2, 10000000);
+  rng_t r;
+  rng_seed(&r, 2024);
+  for (int i = 0; i < NSIZES; i++) sizes[i] = (uint16_t)(8 + rng_below(&r, 1017));
+  double t0, secs;
+  long pairs;
+  if (strcmp(argv[1], "pairs") == 0) {
+    uint64_t sum = 0, want = 0;
+    t0 = now_sec();
+    for (long i = 0; i < ops; i++) {
+      size_t s = sizes[i & (NSIZES - 1)];
+      unsigned char *p = malloc(s);
+      if (!p) oom_fail(s);
+      p[0] = (unsigned char)i;
+      p[s - 1] = (unsigned char)(i >> 8);
+      escape(p);
+      sum += (uint64_t)p[0] + p[s - 1];
+      free(p);
+    }
+    secs = now_sec() - t0;
+    for (long i = 0; i < ops; i++) want += (uint64_t)(unsigned char)i + (unsigned char)(i >> 8);
+    if (sum != want) verify_fail("micro pairs: checksum mismatch");
+    pairs = ops;
+  } else if (strcmp(argv[1], "xthread") == 0) {
+    per_producer = ops / 2;
+    spsc_init(&queues[0], 1024);
+    spsc_init(&queues[1], 1024);
+    pthread_t th[4];
+    t0 = now_sec();
+    th[0] = spawn(consumer, (void *)0);
+    th[1] = spawn(consumer, (void *)1);
+    th[2] = spawn(producer, (void *)0);
+    th[3] = spawn(producer, (void *)1);
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    secs = now_sec() - t0;
+    pairs = atomic_load(&g_freed);
+    if (pairs != 2 * per_producer) verify_fail("micro xthread: freed %ld of %ld", pairs, 2 * per_producer);
+    spsc_destroy(&queues[0]);
+    spsc_destroy(&queues[1]);
+  } else {
+    fprintf(stderr, "unknown mode %s\n", argv[1]);
+    return 2;
+  }
+  printf("RESULT mpairs=%.4f pairs=%ld secs=%.6f\n", (double)pairs / secs / 1e6, pairs, secs);
+  return 0;
+}

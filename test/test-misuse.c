@@ -1,0 +1,155 @@
+/* test-misuse: misuse is reported with a clear message in the debug and secure builds, and the heap
+ * is never silently corrupted (DROPIN 20).  Usage: test-misuse LIBSHARDMALLOC-(DEBUG|SECURE).so
+ * Each case runs in a child process with that library preloaded: the child commits the misuse,
+ * then runs a heap-integrity workload (blocks of nearby sizes filled and checked) and
+ * sm_collect(true).  The case passes when the library wrote a report to stderr and the workload
+ * found no damage (the library may abort after reporting, or carry on). */
+#include "sm-test.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+static char global_buf[64];
+static void *thread_free(void *p) {
+  free(p);
+  return NULL;
+}
+static void churn_other_class(void) { /* traffic in a size class different from the victim's */
+  for (int i = 0; i < 2000; i++) free(malloc(3000));
+}
+
+static void misuse(const char *c) {
+  volatile char *p = malloc(100);
+  if (!strcmp(c, "double-free")) {
+    free((void *)p);
+    free((void *)p);
+  } else if (!strcmp(c, "double-free-delayed")) {
+    free((void *)p);
+    churn_other_class();
+    free((void *)p);
+  } else if (!strcmp(c, "double-free-other-thread")) {
+    free((void *)p);
+    pthread_t t;
+    pthread_create(&t, NULL, thread_free, (void *)p);
+    pthread_join(t, NULL);
+  } else if (!strcmp(c, "free-interior")) {
+    free((void *)(p + 32));
+  } else if (!strcmp(c, "free-unaligned")) {
+    free((void *)(p + 1));
+  } else if (!strcmp(c, "free-stack")) {
+    char local[64];
+    local[0] = 1;
+    free(opaque_ptr(local));
+  } else if (!strcmp(c, "free-global")) {
+    free(opaque_ptr(global_buf));
+  } else if (!strcmp(c, "free-never-allocated")) {
+    char *m = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    free(opaque_ptr(m + 4096));
+  } else if (!strcmp(c, "free-1")) {
+    free(opaque_ptr((void *)1));
+  } else if (!strcmp(c, "realloc-freed")) {
+    free((void *)p);
+    churn_other_class();
+    void *q = realloc((void *)p, 200);
+    (void)q;
+  } else if (!strcmp(c, "write-past-end")) {
+    volatile char *q = opaque_ptr((void *)p);
+    for (int i = 100; i < 104; i++) q[i] = 0x55; /* past the requested 100 bytes */
+    free((void *)p);
+  } else if (!strcmp(c, "write-after-free")) {
+    free((void *)p);
+    memset((void *)p, 0x55, 16);
+  }
+}
+
+/* exit 3 when the heap was damaged */
+static int integrity(void) {
+  enum { N = 3000 };
+  static char *b[N];
+  static size_t n[N];
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < N; i++) {
+      n[i] = (size_t)(i % 5) * 40 + 60; /* 60..220: the victim's neighbourhood */
+      b[i] = malloc(n[i]);
+      if (!b[i]) return 4;
+      fill_pattern(b[i], n[i], (uint64_t)i + (uint64_t)round * N);
+    }
+    for (int i = 0; i < N; i++)
+      for (int j = i + 1; j < i + 3 && j < N; j++)
+        if (b[i] == b[j]) return 3; /* the same block handed out twice */
+    for (int i = 0; i < N; i++) {
+      if (verify_pattern(b[i], n[i], (uint64_t)i + (uint64_t)round * N) != (size_t)-1) return 3;
+      free(b[i]);
+    }
+  }
+  void (*collect)(bool) = (void (*)(bool))dlsym(RTLD_DEFAULT, "sm_collect");
+  if (collect) collect(true);
+  return 0;
+}
+
+static const char *const cases[] = {"double-free", "double-free-delayed", "double-free-other-thread",
+                                    "free-interior", "free-unaligned", "free-stack", "free-global",
+                                    "free-never-allocated", "free-1", "realloc-freed", "write-past-end",
+                                    "write-after-free"};
+
+int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "--case")) {
+    if (!dlsym(RTLD_DEFAULT, "sm_check_owned")) return 5; /* not preloaded */
+    free(malloc(10));
+    misuse(argv[2]);
+    return integrity();
+  }
+  sm_test_name = "test-misuse";
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc < 2) {
+    fprintf(stderr, "usage: test-misuse LIBSHARDMALLOC.so\n");
+    return 2;
+  }
+  if (access(argv[1], R_OK)) sm_skip("library not built");
+  printf("library: %s\n", argv[1]);
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    SECTION(cases[k]) {
+      int fds[2];
+      if (pipe(fds)) return 2;
+      fflush(stdout);
+      pid_t pid = fork();
+      if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        char env[4200];
+        snprintf(env, sizeof env, "LD_PRELOAD=%s", argv[1]);
+        char *envp[] = {env, NULL};
+        char *args[] = {argv[0], "--case", (char *)cases[k], NULL};
+        execve("/proc/self/exe", args, envp);
+        _exit(127);
+      }
+      close(fds[1]);
+      char msg[4096];
+      size_t len = 0;
+      ssize_t r;
+      while ((r = read(fds[0], msg + len, sizeof msg - 1 - len)) > 0) len += (size_t)r;
+      msg[len] = 0;
+      close(fds[0]);
+      int st = 0;
+      waitpid(pid, &st, 0);
+      char how[64];
+      if (WIFSIGNALED(st)) snprintf(how, sizeof how, "killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+      else snprintf(how, sizeof how, "exit %d", WEXITSTATUS(st));
+      char *nl = strchr(msg, '\n');
+      printf("      %-24s -> %s; report: %.*s\n", cases[k], how, nl ? (int)(nl - msg) : (int)len, len ? msg : "(none)");
+      CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 5), "child: expected shardmalloc preloaded, seen it missing%s", "");
+      CHECK(len > 0, "%s: expected a report on stderr, seen none (%s)", cases[k], how);
+      CHECK(!(WIFEXITED(st) && (WEXITSTATUS(st) == 3 || WEXITSTATUS(st) == 4)),
+            "%s: expected the heap intact after the misuse, seen %s (the same block handed out twice or a block's "
+            "contents damaged)", cases[k], WEXITSTATUS(st) == 3 ? "damage" : "allocation failure");
+      CHECK(!(WIFSIGNALED(st) && (WTERMSIG(st) == SIGSEGV || WTERMSIG(st) == SIGBUS) && len == 0),
+            "%s: expected a report, seen a silent crash (%s)", cases[k], how);
+    }
+  }
+  return sm_test_summary();
+}
