@@ -51,6 +51,9 @@ typedef enum {
   SM_OPT_ABORT_ON_ERROR,  /* abort after reporting misuse (default in secure builds) */
   SM_OPT_ZERO_ON_FREE,    /* secure builds: clear blocks when they are freed */
   SM_OPT_QUARANTINE,      /* secure builds: freed blocks wait for this many later frees before reuse */
+  SM_OPT_ALLOW_LARGE_OS_PAGES, /* transparent huge pages for segments */
+  SM_OPT_POPULATE,        /* pre-fault new segments */
+  SM_OPT_EAGER_COMMIT_DELAY, /* a thread's first N segments are not pre-faulted */
   SM_OPT_COUNT
 } smi_option_t;
 long smi_option(smi_option_t opt);

@@ -24,6 +24,9 @@ static option_desc_t options[SM_OPT_COUNT] = {
     [SM_OPT_ABORT_ON_ERROR] = {SM_SECURE, "abort_on_error"},
     [SM_OPT_ZERO_ON_FREE] = {0, "zero_on_free"},
     [SM_OPT_QUARANTINE] = {0, "quarantine"},
+    [SM_OPT_ALLOW_LARGE_OS_PAGES] = {0, "allow_large_os_pages"},
+    [SM_OPT_POPULATE] = {0, "populate"},
+    [SM_OPT_EAGER_COMMIT_DELAY] = {1, "eager_commit_delay"},
 };
 
 long smi_option(smi_option_t opt) { return options[opt].value; }

@@ -20,6 +20,10 @@ void *smi_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t ali
  * memory reads as zero afterwards (MADV_DONTNEED), otherwise it may keep its contents until the
  * kernel reclaims it (MADV_FREE). Returns true iff the range now reads as zero. */
 bool smi_os_purge(void *p, size_t size, bool decommit);
+/* ask for transparent huge pages on [p, p+size); false where the system has none */
+bool smi_os_use_large_pages(void *p, size_t size);
+/* fault [p, p+size) in now (one up-front cost instead of page faults later) */
+void smi_os_populate(void *p, size_t size);
 /* make [p, p+size) inaccessible (guard pages); false if the OS refused */
 bool smi_os_protect(void *p, size_t size);
 size_t smi_os_page_size(void);

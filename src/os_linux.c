@@ -29,6 +29,29 @@ void smi_os_init(void) {
 
 size_t smi_os_page_size(void) { return os_page_size; }
 
+bool smi_os_use_large_pages(void *p, size_t size) {
+#ifdef MADV_HUGEPAGE
+  int saved = errno;
+  bool ok = madvise(p, size, MADV_HUGEPAGE) == 0;
+  errno = saved;
+  return ok;
+#else
+  (void)p, (void)size;
+  return false;
+#endif
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+void smi_os_populate(void *p, size_t size) {
+  int saved = errno;
+  if (madvise(p, size, MADV_POPULATE_WRITE) != 0) { /* older kernel: touch every page */
+    for (size_t off = 0; off < size; off += os_page_size) ((volatile uint8_t *)p)[off] = 0;
+  }
+  errno = saved;
+}
+
 bool smi_os_protect(void *p, size_t size) {
   int saved = errno;
   bool ok = mprotect(p, size, PROT_NONE) == 0;

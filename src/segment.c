@@ -315,6 +315,11 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
     zero = true;
     segment_map_set(segment, true);
     segment_protect(segment, SM_SEGMENT_SIZE);
+    if (smi_option(SM_OPT_ALLOW_LARGE_OS_PAGES)) smi_os_use_large_pages(segment, SM_SEGMENT_SIZE);
+    /* populate: pay the page faults up front, except for a thread's first segments, so that
+     * short-lived threads stay cheap */
+    if (smi_option(SM_OPT_POPULATE) && (long)tld->segment_count >= smi_option(SM_OPT_EAGER_COMMIT_DELAY))
+      smi_os_populate(segment, SM_SEGMENT_SIZE - SM_GUARD_SIZE);
   }
   size_t count = kind == SM_SEGMENT_SMALL ? SM_SMALL_PAGES_PER_SEGMENT : kind == SM_SEGMENT_MEDIUM ? SM_SEGMENT_SIZE / SM_MEDIUM_PAGE_SIZE : 1;
   size_t shift = kind == SM_SEGMENT_SMALL ? SM_SMALL_PAGE_SHIFT : kind == SM_SEGMENT_MEDIUM ? SM_MEDIUM_PAGE_SHIFT : SM_LARGE_PAGE_SHIFT;
