@@ -1,0 +1,317 @@
+/* test-secure-features: the secure build's defences (issue 5, "Secure build"), each in a child
+ * process with libshardmalloc-secure preloaded:
+ *   - guard pages: a write to the guard page after a segment header, at the end of a small
+ *     segment, and at the end of a huge block's mapping dies with SIGSEGV (a write to the last
+ *     usable byte before it does not);
+ *   - SHARDMALLOC_QUARANTINE=8: a freed block is not handed out by the next 8 mallocs of its size;
+ *   - SHARDMALLOC_ZERO_ON_FREE=1: a freed block reads 0 past its first word right after free;
+ *   - sized free with a wrong size (free_sized, C++ sized operator delete) is reported and ignored
+ *     with SHARDMALLOC_ABORT_ON_ERROR=0, and aborts by default;
+ *   - sm_register_error's handler gets the error code when abort_on_error is off;
+ *   - randomised free-list order: two processes see different address sequences, while the
+ *     release build hands out a fresh page in ascending order.
+ * Usage: test-secure-features LIBSHARDMALLOC-SECURE.so LIBSHARDMALLOC.so
+ * The program itself is not linked with shardmalloc: the sm_ functions are looked up with dlsym. */
+#include "extra-util.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+
+static const char *secure_lib, *release_lib;
+
+#define SEG_SIZE ((uintptr_t)4 << 20)
+
+static void *sym(const char *name) {
+  void *f = dlsym(RTLD_DEFAULT, name);
+  if (f == NULL) {
+    fprintf(stderr, "child: symbol %s not found (is a shardmalloc library preloaded?)\n", name);
+    exit(90);
+  }
+  return f;
+}
+
+/* is addr in a PROT_NONE mapping, according to /proc/self/maps? */
+static bool addr_is_guard(uintptr_t addr) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  bool guard = false;
+  while (f && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char perms[8];
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && addr >= lo && addr < hi) guard = strncmp(perms, "---", 3) == 0;
+  }
+  if (f) fclose(f);
+  return guard;
+}
+
+static void poke(uintptr_t addr, const char *what) {
+  fprintf(stderr, "child: writing to %s at %#lx (PROT_NONE in /proc/self/maps: %s)\n", what, (unsigned long)addr,
+          addr_is_guard(addr) ? "yes" : "no");
+  *(volatile char *)addr = 1;
+  fprintf(stderr, "child: the write to %s did not fault\n", what);
+}
+
+static volatile uintptr_t sink;
+
+static int codes[16], ncodes;
+static void handler(int err, void *arg) {
+  (void)arg;
+  if (ncodes < 16) codes[ncodes++] = err;
+}
+
+static void *order_run(void *arg) {
+  (void)arg;
+  char *b[32];
+  for (int i = 0; i < 32; i++) b[i] = malloc(32);
+  printf("diffs:");
+  for (int i = 1; i < 32; i++) printf(" %ld", (long)(b[i] - b[i - 1]));
+  printf("\n");
+  return NULL;
+}
+
+static int child(const char *c) {
+  if (!strcmp(c, "guard-header")) {
+    char *p = malloc(32);
+    uintptr_t seg = ((uintptr_t)p - 1) & ~(SEG_SIZE - 1);
+    p[0] = 1;
+    *(volatile char *)(seg + 100) = *(volatile char *)(seg + 100); /* the header itself is ours to touch */
+    poke(seg + 8192 + 100, "the guard page after the segment header (segment + 8 KiB)");
+    return 0;
+  }
+  if (!strcmp(c, "guard-segment-end")) {
+    char *p = malloc(32);
+    uintptr_t seg = ((uintptr_t)p - 1) & ~(SEG_SIZE - 1);
+    *(volatile char *)(seg + SEG_SIZE - 4096 - 1) = 1; /* last byte of the last page: usable */
+    fprintf(stderr, "child: the write to the last byte before the end guard worked\n");
+    poke(seg + SEG_SIZE - 4096, "the guard page at the end of the segment");
+    return 0;
+  }
+  if (!strcmp(c, "guard-huge")) {
+    size_t (*usable)(const void *) = (size_t (*)(const void *))sym("sm_usable_size");
+    size_t n = 3 * MiB;
+    char *p = malloc(n);
+    size_t u = usable(p);
+    /* The huge block's mapping: whole 4 MiB units from (p-1) rounded down; the guard is its last
+     * 4 KiB page. The block ends at the guard, so the usable part is everything before it. */
+    uintptr_t seg = ((uintptr_t)p - 1) & ~(SEG_SIZE - 1);
+    uintptr_t end = ((uintptr_t)p + u + 8 + 4096 + SEG_SIZE - 1) & ~(SEG_SIZE - 1); /* + padding + guard */
+    uintptr_t guard = end - 4096;
+    fprintf(stderr, "child: huge block %p, usable %zu, mapping %#lx..%#lx, guard at %#lx\n", (void *)p, u,
+            (unsigned long)seg, (unsigned long)end, (unsigned long)guard);
+    memset(p, 0x5A, u);
+    *(volatile char *)(guard - 1) = 1; /* the last byte of the mapping's usable part */
+    fprintf(stderr, "child: the write to the last byte before the guard worked\n");
+    poke(guard, "the guard page at the end of the huge block");
+    return 0;
+  }
+  if (!strcmp(c, "quarantine")) { /* run with SHARDMALLOC_QUARANTINE=8 (or not, as a control) */
+    enum { K = 8 };
+    void *keep[2000];
+    char *p = malloc(48);
+    free(p);
+    int again = -1;
+    for (int i = 0; i < 2000; i++) {
+      keep[i] = malloc(48);
+      if (keep[i] == p && again < 0) again = i;
+    }
+    printf("child: freed block %p handed out again by malloc number %d after its free (-1: not in 2000)\n", (void *)p,
+           again < 0 ? -1 : again + 1);
+    for (int i = 0; i < 2000; i++) free(keep[i]);
+    return 0;
+  }
+  if (!strcmp(c, "zero-on-free")) { /* run with SHARDMALLOC_ZERO_ON_FREE=1 (or not, as a control) */
+    static const size_t sizes[] = {200, 40 * KiB, 300 * KiB};
+    int nonzero = 0;
+    for (int k = 0; k < 3; k++) {
+      size_t n = sizes[k];
+      unsigned char *p = malloc(n);
+      memset(p, 0xAB, n);
+      unsigned char *aside = opaque_ptr(p); /* test-only: read the block after its free */
+      free(p);
+      size_t first = (size_t)-1;
+      for (size_t i = 8; i < n; i++)
+        if (aside[i] != 0) { first = i; break; }
+      printf("child: %zu-byte block after free: first nonzero byte past the link word: %zd\n", n, (ssize_t)first);
+      if (first != (size_t)-1) nonzero++;
+    }
+    printf("child: %d of 3 blocks not zeroed\n", nonzero);
+    return 0;
+  }
+  if (!strcmp(c, "sized-free") || !strcmp(c, "sized-delete")) {
+    void (*fs)(void *, size_t) = (void (*)(void *, size_t))sym(!strcmp(c, "sized-free") ? "free_sized" : "_ZdlPvm");
+    size_t n = 100;
+    char *p = malloc(n);
+    fill_pattern(p, n, 7);
+    fs(p, n + 1); /* wrong size: reported, ignored */
+    fprintf(stderr, "child: survived the wrong-size free\n");
+    /* the block was not freed: it still holds its data and is not handed out again */
+    for (int i = 0; i < 300; i++) {
+      void *q = malloc(n);
+      if (q == p) { fprintf(stderr, "child: the block was handed out again after the ignored free\n"); return 5; }
+      free(q);
+    }
+    if (verify_pattern(p, n, 7) != (size_t)-1) { fprintf(stderr, "child: block contents changed\n"); return 6; }
+    fs(p, n); /* the right size: fine */
+    fprintf(stderr, "child: right-size free done\n");
+    return 0;
+  }
+  if (!strcmp(c, "error-handler")) { /* SHARDMALLOC_ABORT_ON_ERROR=0 */
+    void (*reg)(void (*)(int, void *), void *) = (void (*)(void (*)(int, void *), void *))sym("sm_register_error");
+    void (*fs)(void *, size_t) = (void (*)(void *, size_t))sym("free_sized");
+    reg(handler, NULL);
+    char *p = malloc(64);
+    free(p);
+    free(opaque_ptr(p)); /* double free: EINVAL */
+    char *q = malloc(64);
+    fs(q, 65); /* wrong size: EINVAL */
+    char *o = malloc(24);
+    memset(opaque_ptr(o), 0x41, 25); /* one byte of overflow: EFAULT */
+    free(o);
+    free(q);
+    printf("child: handler calls: %d:", ncodes);
+    for (int i = 0; i < ncodes; i++) printf(" %d", codes[i]);
+    printf("\n");
+    return 0;
+  }
+  if (!strcmp(c, "order")) { /* 32 consecutive malloc(32) in a fresh thread: address differences */
+    pthread_t t;
+    pthread_create(&t, NULL, order_run, NULL);
+    pthread_join(t, NULL);
+    return 0;
+  }
+  fprintf(stderr, "child: unknown case %s\n", c);
+  return 99;
+}
+
+static void expect_segv(const char *c) {
+  child_result_t r;
+  char pre[4096];
+  snprintf(pre, sizeof pre, "LD_PRELOAD=%s", secure_lib);
+  char *env[] = {pre, NULL};
+  char *args[] = {(char *)c, NULL};
+  run_child(&r, env, args, 30);
+  printf("      %s: %s\n", c, child_how(&r));
+  CHECK(child_signaled(&r, SIGSEGV), "%s: expected death by SIGSEGV, seen %s; output:%s", c, child_how(&r), child_output(&r));
+  CHECK(child_says(&r, "PROT_NONE in /proc/self/maps: yes"), "%s: expected the address to be in a PROT_NONE mapping; output:%s", c,
+        child_output(&r));
+}
+
+static void run_secure(child_result_t *r, const char *c, const char *opt1, const char *opt2) {
+  char pre[4096];
+  snprintf(pre, sizeof pre, "LD_PRELOAD=%s", secure_lib);
+  char *env[] = {pre, (char *)opt1, (char *)opt2, NULL};
+  char *args[] = {(char *)c, NULL};
+  run_child(r, env, args, 60);
+}
+
+static int order_diffs(const char *lib, long diffs[31], child_result_t *r) {
+  char pre[4096];
+  snprintf(pre, sizeof pre, "LD_PRELOAD=%s", lib);
+  char *env[] = {pre, NULL};
+  char *args[] = {"order", NULL};
+  run_child(r, env, args, 30);
+  const char *s = strstr(r->out, "diffs:");
+  if (!s) return 0;
+  s += 6;
+  int n = 0;
+  while (n < 31) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s) break;
+    diffs[n++] = v;
+    s = end;
+  }
+  return n;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[0], "child")) return child(argv[1]);
+  sm_test_name = "test-secure-features";
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s LIBSHARDMALLOC-SECURE.so LIBSHARDMALLOC.so\n", argv[0]);
+    return 2;
+  }
+  secure_lib = argv[1];
+  release_lib = argv[2];
+  child_result_t r;
+
+  SECTION("guard page after a segment header: write dies with SIGSEGV") expect_segv("guard-header");
+  SECTION("guard page at the end of a small segment: SIGSEGV") expect_segv("guard-segment-end");
+  SECTION("guard page at the end of a 3 MiB huge block's mapping: SIGSEGV") {
+    expect_segv("guard-huge");
+  }
+
+  SECTION("SHARDMALLOC_QUARANTINE=8: freed block not reused by the next 8 mallocs") {
+    run_secure(&r, "quarantine", "SHARDMALLOC_QUARANTINE=8", NULL);
+    int again = -2;
+    const char *s = strstr(r.out, "malloc number ");
+    if (s) again = atoi(s + 14);
+    printf("      quarantine=8: %s", strstr(r.out, "child:") ? strstr(r.out, "child:") : "(no output)\n");
+    CHECK(child_exited(&r, 0), "expected exit 0, seen %s; output:%s", child_how(&r), child_output(&r));
+    CHECK(again == -1 || again > 8, "expected the freed block not among the next 8 mallocs of its size, seen it at malloc %d", again);
+    run_secure(&r, "quarantine", NULL, NULL);
+    s = strstr(r.out, "malloc number ");
+    printf("      (control, no quarantine: handed out again at malloc %d of 2000)\n", s ? atoi(s + 14) : -2);
+  }
+
+  SECTION("SHARDMALLOC_ZERO_ON_FREE=1: a freed block reads 0 past its first word") {
+    run_secure(&r, "zero-on-free", "SHARDMALLOC_ZERO_ON_FREE=1", NULL);
+    CHECK(child_exited(&r, 0), "expected exit 0, seen %s; output:%s", child_how(&r), child_output(&r));
+    CHECK(child_says(&r, "0 of 3 blocks not zeroed"), "expected all 3 blocks (200 B, 40 KiB, 300 KiB) zeroed; output:%s",
+          child_output(&r));
+    run_secure(&r, "zero-on-free", NULL, NULL); /* control: without the option the bytes stay */
+    CHECK(child_says(&r, "3 of 3 blocks not zeroed"), "control without the option: expected the bytes to stay; output:%s",
+          child_output(&r));
+  }
+
+  static const char *sized[] = {"sized-free", "sized-delete"};
+  for (int k = 0; k < 2; k++) {
+    char title[96];
+    snprintf(title, sizeof title, "%s(p, n+1): reported and ignored with ABORT_ON_ERROR=0", k ? "operator delete" : "free_sized");
+    SECTION(title) {
+      run_secure(&r, sized[k], "SHARDMALLOC_ABORT_ON_ERROR=0", NULL);
+      CHECK(child_exited(&r, 0), "expected exit 0, seen %s; output:%s", child_how(&r), child_output(&r));
+      CHECK(child_says(&r, "shardmalloc: error: sized free of"), "expected a \"sized free\" report on stderr; output:%s",
+            child_output(&r));
+    }
+    snprintf(title, sizeof title, "%s(p, n+1): SIGABRT by default in the secure build", k ? "operator delete" : "free_sized");
+    SECTION(title) {
+      run_secure(&r, sized[k], NULL, NULL);
+      CHECK(child_signaled(&r, SIGABRT), "expected SIGABRT, seen %s; output:%s", child_how(&r), child_output(&r));
+      CHECK(child_says(&r, "shardmalloc: error: sized free of"), "expected the report before the abort; output:%s", child_output(&r));
+    }
+  }
+
+  SECTION("sm_register_error handler gets EINVAL, EINVAL, EFAULT (abort_on_error off)") {
+    run_secure(&r, "error-handler", "SHARDMALLOC_ABORT_ON_ERROR=0", NULL);
+    char want[64];
+    snprintf(want, sizeof want, "handler calls: 3: %d %d %d\n", EINVAL, EINVAL, EFAULT);
+    CHECK(child_exited(&r, 0), "expected exit 0, seen %s; output:%s", child_how(&r), child_output(&r));
+    CHECK(child_says(&r, want), "expected \"%s\" (double free, wrong sized free, overflow); output:%s", want, child_output(&r));
+  }
+
+  SECTION("free-list order: random in the secure build, ascending in the release build") {
+    long a[31], b[31];
+    child_result_t r2;
+    int na = order_diffs(secure_lib, a, &r), nb = order_diffs(secure_lib, b, &r2);
+    CHECK(na == 31 && nb == 31, "expected 31 differences from each secure child, seen %d and %d; outputs:%s%s", na, nb,
+          child_output(&r), child_output(&r2));
+    bool same = na == nb && memcmp(a, b, sizeof(long) * (size_t)na) == 0;
+    bool ascending = true;
+    for (int i = 0; i < na; i++) ascending &= a[i] > 0;
+    printf("      secure run 1: %s", strstr(r.out, "diffs:") ? strstr(r.out, "diffs:") : "-\n");
+    printf("      secure run 2: %s", strstr(r2.out, "diffs:") ? strstr(r2.out, "diffs:") : "-\n");
+    CHECK(!same, "expected two secure processes to differ in the order of 32 consecutive malloc(32), seen the same sequence");
+    CHECK(!ascending, "expected the secure order not to be plain ascending");
+    long c[31];
+    int nc = order_diffs(release_lib, c, &r);
+    printf("      release:      %s", strstr(r.out, "diffs:") ? strstr(r.out, "diffs:") : "-\n");
+    CHECK(nc == 31, "expected 31 differences from the release child, seen %d; output:%s", nc, child_output(&r));
+    int bad = -1;
+    for (int i = 0; i < nc; i++)
+      if (c[i] <= 0) { bad = i; break; }
+    CHECK(bad < 0, "release build: expected ascending addresses on a fresh page, seen difference %ld at step %d", bad < 0 ? 0 : c[bad], bad + 1);
+  }
+  (void)sink;
+  return sm_test_summary();
+}
