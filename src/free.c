@@ -8,9 +8,11 @@
  * In secure and debug builds every pointer is validated first (see free_check). */
 #include "internal.h"
 
-/* the owner's page became empty on the fast path: retire it under the heap's slow-path lock */
+/* The owner's page became empty on the fast path. Keeping it as its bin's only page touches
+ * nothing the purger reads, so that common case needs no lock; giving it back does. */
 static sm_noinline void free_retire(sm_page_t *page) {
   sm_heap_t *heap = smi_page_heap(page);
+  if (smi_page_retire_keep(heap, page)) return;
   smi_heap_lock(heap);
   if (page->used == 0 && page->in_use) smi_page_retire(page);
   smi_heap_unlock(heap);
@@ -150,7 +152,8 @@ static inline void free_block(void *p, sm_segment_t *segment, sm_page_t *page) {
     sm_block_t *block = (sm_block_t *)p;
     smi_block_set_next(page, block, page->local_free);
     page->local_free = block;
-    if (sm_unlikely(--page->used == 0)) free_retire(page);
+    /* a page already kept as its bin's only page (retire_ticks set) need not be retired again */
+    if (sm_unlikely(--page->used == 0) && page->retire_ticks == 0) free_retire(page);
     return;
   }
   smi_free_generic(segment, page, p);

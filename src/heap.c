@@ -14,6 +14,7 @@ void smi_heap_init(sm_heap_t *heap, sm_tld_t *tld, uintptr_t thread_id) {
   heap->tld = tld;
   heap->retired_min = SM_BIN_COUNT; /* empty range */
   heap->retired_max = 0;
+  heap->retired_next = SIZE_MAX;
   /* per-heap randomness without a system call: a splitmix64 step of the process secret */
   uint64_t x = smi_process_secret + thread_id * 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -35,23 +36,27 @@ void smi_heap_delayed_free(sm_heap_t *heap) {
   }
 }
 
-/* Empty pages kept by smi_page_retire go back once their ticks run out (or at once with force). */
+/* Empty pages kept by smi_page_retire go back once their deadline (in slow calls) has passed, or
+ * at once with force. A kept page that is in use again just loses its mark. */
 void smi_heap_retired_collect(sm_heap_t *heap, bool force) {
-  size_t min = SM_BIN_COUNT, max = 0;
+  size_t min = SM_BIN_COUNT, max = 0, next = SIZE_MAX;
+  size_t now = atomic_load_explicit(&heap->slow_calls, memory_order_relaxed);
   for (size_t bin = heap->retired_min; bin <= heap->retired_max; bin++) {
     sm_page_t *page = heap->pages[bin].first;
     if (page == NULL || page->retire_ticks == 0) continue;
     if (page->used != 0) {
       page->retire_ticks = 0;
-    } else if (force || --page->retire_ticks == 0) {
+    } else if (force || page->purge_at <= now) {
       smi_page_free_empty(heap, page);
     } else {
       if (bin < min) min = bin;
       if (bin > max) max = bin;
+      if (page->purge_at < next) next = page->purge_at;
     }
   }
   heap->retired_min = min;
   heap->retired_max = max;
+  heap->retired_next = next;
 }
 
 /* The purger left free blocks in full pages: bring those pages back to their bins. */

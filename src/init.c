@@ -19,6 +19,7 @@ sm_heap_t smi_heap_empty = {
     .pages_direct = {[0 ... SM_DIRECT_COUNT - 1] = &smi_page_empty},
     .thread_id = 1,
     .retired_min = SM_BIN_COUNT,
+    .retired_next = SIZE_MAX,
 };
 uintptr_t smi_process_secret;
 

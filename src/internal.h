@@ -153,6 +153,7 @@ void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t a
 void smi_page_collect(sm_page_t *page);
 void smi_page_collect_remote(sm_page_t *page);
 void smi_page_retire(sm_page_t *page);
+bool smi_page_retire_keep(sm_heap_t *heap, sm_page_t *page);
 void smi_page_unfull(sm_page_t *page);
 void smi_page_set_delay(sm_page_t *page, sm_delay_t delay, bool override_never);
 void smi_page_queue_push(sm_heap_t *heap, sm_page_t *page, size_t bin);

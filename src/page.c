@@ -18,9 +18,9 @@
 /* how many blocks one extension carves out: at most 4 KiB worth, at least 4 blocks */
 #define SM_EXTEND_BYTES 4096
 #define SM_EXTEND_MIN 4
-/* generic-path calls an empty page is kept before it goes back to its segment */
-#define SM_RETIRE_TICKS_SMALL 16
-#define SM_RETIRE_TICKS_OTHER 4
+/* slow-path calls an empty page is kept before it goes back to its segment */
+#define SM_RETIRE_CALLS_SMALL 1024
+#define SM_RETIRE_CALLS_OTHER 64
 
 /* ---- page queues ---- */
 
@@ -240,17 +240,24 @@ void smi_page_free_empty(sm_heap_t *heap, sm_page_t *page) {
 }
 
 /* All blocks of the page are free (owner's view). Keep the only page of a bin for a few slow-path
- * calls, so a program that allocates and frees one block in a loop does not thrash the segment. */
+ * calls, so a program that allocates and frees one block in a loop does not thrash the segment.
+ * Uses only state that the purger never touches (bin queues, retire ticks): no lock needed. */
+bool smi_page_retire_keep(sm_heap_t *heap, sm_page_t *page) {
+  sm_page_queue_t *pq = page_queue_of(heap, page);
+  if (page->flags.x.in_full || pq->first != page || pq->last != page || page->block_size > SM_MEDIUM_OBJ_MAX)
+    return false;
+  page->retire_ticks = 1;
+  page->purge_at = atomic_load_explicit(&heap->slow_calls, memory_order_relaxed) +
+                   (page->block_size <= SM_SMALL_OBJ_MAX ? SM_RETIRE_CALLS_SMALL : SM_RETIRE_CALLS_OTHER);
+  if (page->purge_at < heap->retired_next) heap->retired_next = page->purge_at;
+  if (page->bin < heap->retired_min) heap->retired_min = page->bin;
+  if (page->bin > heap->retired_max) heap->retired_max = page->bin;
+  return true;
+}
+
 void smi_page_retire(sm_page_t *page) {
   sm_heap_t *heap = smi_page_heap(page);
-  sm_page_queue_t *pq = page_queue_of(heap, page);
-  if (!page->flags.x.in_full && pq->first == page && pq->last == page && page->block_size <= SM_MEDIUM_OBJ_MAX) {
-    page->retire_ticks = page->block_size <= SM_SMALL_OBJ_MAX ? SM_RETIRE_TICKS_SMALL : SM_RETIRE_TICKS_OTHER;
-    if (page->bin < heap->retired_min) heap->retired_min = page->bin;
-    if (page->bin > heap->retired_max) heap->retired_max = page->bin;
-    return;
-  }
-  smi_page_free_empty(heap, page);
+  if (!smi_page_retire_keep(heap, page)) smi_page_free_empty(heap, page);
 }
 
 /* ---- finding a page with a free block ---- */
@@ -293,11 +300,11 @@ static sm_page_t *page_queue_find_free(sm_heap_t *heap, size_t bin) {
 }
 
 static void *malloc_generic_locked(sm_heap_t *heap, size_t size, size_t bin, bool zero) {
-  atomic_store_explicit(&heap->slow_calls, atomic_load_explicit(&heap->slow_calls, memory_order_relaxed) + 1,
-                        memory_order_relaxed);
+  size_t calls = atomic_load_explicit(&heap->slow_calls, memory_order_relaxed) + 1;
+  atomic_store_explicit(&heap->slow_calls, calls, memory_order_relaxed);
   if (atomic_load_explicit(&heap->thread_delayed_free, memory_order_relaxed) != NULL) smi_heap_delayed_free(heap);
   if (heap->full_have_free) smi_heap_unfull_flagged(heap);
-  if (heap->retired_min <= heap->retired_max) smi_heap_retired_collect(heap, false);
+  if (calls >= heap->retired_next) smi_heap_retired_collect(heap, false); /* a kept page has expired */
   if (heap->tld->purge_first != NULL || smi_segment_cache_pending()) smi_segments_purge_expired(heap->tld, false);
   if (sm_unlikely(size > SM_LARGE_OBJ_MAX)) return smi_huge_alloc(size, 0, zero);
   sm_page_t *page = page_queue_find_free(heap, bin);

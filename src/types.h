@@ -107,7 +107,7 @@ typedef struct sm_page_s {
     } x;
   } flags;
   uint8_t free_is_zero; /* every block on `free` is zero past its first word */
-  uint8_t retire_ticks; /* empty page kept alive for this many more generic-path calls */
+  uint8_t retire_ticks; /* 1: an empty page kept alive until heap->slow_calls reaches purge_at */
   sm_block_t *local_free; /* frees by the owning thread */
   _Atomic(uintptr_t) thread_free; /* frees by other threads: block pointer | sm_delay_t */
   size_t block_size;
@@ -116,7 +116,7 @@ typedef struct sm_page_s {
   _Atomic(struct sm_heap_s *) heap; /* owner heap; NULL while abandoned */
   uintptr_t start_;     /* first block: use smi_page_start (hidden from valgrind's leak scan) */
   struct sm_page_s *next, *prev; /* in a heap page queue, or in the tld purge list when unused */
-  uint64_t purge_at;    /* ms timestamp at which an unused page is purged */
+  uint64_t purge_at;    /* unused page: ms at which it is purged; retired page: slow call at which it goes */
   uint8_t in_use;       /* handed out by its segment */
   uint8_t mem_is_zero;  /* the page's memory is known zero (fresh or purged) */
   uint8_t purge_pending;
@@ -179,6 +179,7 @@ typedef struct sm_heap_s {
   sm_tld_t *tld;
   size_t page_count;
   size_t retired_min, retired_max; /* bins that may hold a retired (kept empty) page */
+  size_t retired_next;             /* slow_calls value at which the first retired page expires */
   uint64_t random;
   struct sm_heap_s *pool_next;
   bool full_have_free;        /* the purger left free blocks in full pages: owner, have a look */
