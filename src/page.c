@@ -299,6 +299,18 @@ static sm_page_t *page_queue_find_free(sm_heap_t *heap, size_t bin) {
   return page;
 }
 
+/* pop a block from a page with a free one; zero the first `size` bytes if asked (blocks carved from
+ * fresh memory only need their link word cleared) */
+static void *page_pop_zero(sm_page_t *page, size_t size, bool zero) {
+  bool is_zero = page->free_is_zero;
+  void *p = smi_page_pop(page, page->free);
+  if (zero) {
+    if (is_zero) ((sm_block_t *)p)->next = NULL;
+    else memset(p, 0, size);
+  }
+  return p;
+}
+
 static void *malloc_generic_locked(sm_heap_t *heap, size_t size, size_t bin, bool zero) {
   size_t calls = atomic_load_explicit(&heap->slow_calls, memory_order_relaxed) + 1;
   atomic_store_explicit(&heap->slow_calls, calls, memory_order_relaxed);
@@ -309,13 +321,7 @@ static void *malloc_generic_locked(sm_heap_t *heap, size_t size, size_t bin, boo
   if (sm_unlikely(size > SM_LARGE_OBJ_MAX)) return smi_huge_alloc(size, 0, zero);
   sm_page_t *page = page_queue_find_free(heap, bin);
   if (sm_unlikely(page == NULL)) return smi_enomem();
-  bool is_zero = page->free_is_zero;
-  void *p = smi_page_pop(page, page->free);
-  if (zero) {
-    if (is_zero) ((sm_block_t *)p)->next = NULL;
-    else memset(p, 0, size);
-  }
-  return p;
+  return page_pop_zero(page, size, zero);
 }
 
 /* The slow path of every allocation: thread start-up, delayed frees, retired pages, huge blocks
@@ -329,15 +335,7 @@ void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero) {
   /* sizes above the direct table: the first page of the bin, while it has blocks (owner-only
    * state that the purger never touches, so no lock) */
   sm_page_t *page = size <= SM_LARGE_OBJ_MAX ? heap->pages[bin].first : NULL;
-  if (page != NULL && page->free != NULL) {
-    bool is_zero = page->free_is_zero;
-    void *p = smi_page_pop(page, page->free);
-    if (zero) {
-      if (is_zero) ((sm_block_t *)p)->next = NULL;
-      else memset(p, 0, size);
-    }
-    return p;
-  }
+  if (page != NULL && page->free != NULL) return page_pop_zero(page, size, zero);
   smi_heap_lock(heap);
   void *p = malloc_generic_locked(heap, size, bin, zero);
   smi_heap_unlock(heap);

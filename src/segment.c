@@ -507,6 +507,32 @@ void smi_abandoned_lock_reset(void) { atomic_store_explicit(&abandoned_lock, fal
 
 bool smi_segments_abandoned_any(void) { return atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0; }
 
+/* the oldest abandoned segment, now ours alone; NULL if none or the lock is busy (never waits) */
+static sm_segment_t *abandoned_pop(void) {
+  if (!abandoned_trylock()) return NULL;
+  sm_segment_t *segment = abandoned_first;
+  if (segment != NULL) {
+    abandoned_first = segment->abandoned_next;
+    if (abandoned_first == NULL) abandoned_last = NULL;
+  }
+  abandoned_unlock();
+  if (segment != NULL) atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+  return segment;
+}
+
+/* append the list first..last (count segments, linked by abandoned_next) */
+static void abandoned_push(sm_segment_t *first, sm_segment_t *last, size_t count) {
+  last->abandoned_next = NULL;
+  for (unsigned spins = 0; !abandoned_trylock(); spins++) {
+    if (spins > 64) sched_yield();
+  }
+  if (abandoned_last != NULL) abandoned_last->abandoned_next = first;
+  else abandoned_first = first;
+  abandoned_last = last;
+  abandoned_unlock();
+  atomic_fetch_add_explicit(&abandoned_count, count, memory_order_relaxed);
+}
+
 /* Called at thread exit once every page of the heap is in delay state NEVER and has no heap.
  * Pages still holding live blocks keep their segment alive; the rest is given back now.
  * Two phases: first detach everything privately (another thread may adopt a segment the moment
@@ -549,15 +575,7 @@ void smi_segments_abandon(sm_heap_t *heap) {
     sm_assert(s->used == 0);
     segment_free(s, tld);
   }
-  if (first == NULL) return;
-  for (unsigned spins = 0; !abandoned_trylock(); spins++) {
-    if (spins > 64) sched_yield();
-  }
-  if (abandoned_last != NULL) abandoned_last->abandoned_next = first;
-  else abandoned_first = first;
-  abandoned_last = last;
-  abandoned_unlock();
-  atomic_fetch_add_explicit(&abandoned_count, count, memory_order_relaxed);
+  if (first != NULL) abandoned_push(first, last, count);
 }
 
 static void segment_reclaim(sm_segment_t *segment, sm_heap_t *heap) {
@@ -595,15 +613,8 @@ static void segment_reclaim(sm_segment_t *segment, sm_heap_t *heap) {
 bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max, int kind) {
   bool useful = false;
   for (size_t n = 0; n < max && !useful && atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0; n++) {
-    if (!abandoned_trylock()) break;
-    sm_segment_t *segment = abandoned_first;
-    if (segment != NULL) {
-      abandoned_first = segment->abandoned_next;
-      if (abandoned_first == NULL) abandoned_last = NULL;
-    }
-    abandoned_unlock();
+    sm_segment_t *segment = abandoned_pop();
     if (segment == NULL) break;
-    atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
     useful = segment->kind == kind;
     segment_reclaim(segment, heap);
     if (useful) {
@@ -625,15 +636,8 @@ void smi_segments_visit_abandoned(size_t max) {
   uint64_t deadline = smi_os_now_ms() + 20;
   for (size_t n = 0; n < max && atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0; n++) {
     if ((n & 15) == 15 && smi_os_now_ms() > deadline) return;
-    if (!abandoned_trylock()) return;
-    sm_segment_t *segment = abandoned_first;
-    if (segment != NULL) {
-      abandoned_first = segment->abandoned_next;
-      if (abandoned_first == NULL) abandoned_last = NULL;
-    }
-    abandoned_unlock();
+    sm_segment_t *segment = abandoned_pop();
     if (segment == NULL) return;
-    atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
     bool decommit = smi_option(SM_OPT_PURGE_DECOMMITS) != 0;
     for (size_t i = 0; i < segment->page_count; i++) {
       sm_page_t *page = &segment->pages[i];
@@ -650,14 +654,6 @@ void smi_segments_visit_abandoned(size_t max) {
       segment_cache_release(segment, smi_os_now_ms());
       continue;
     }
-    for (unsigned spins = 0; !abandoned_trylock(); spins++) {
-      if (spins > 64) sched_yield();
-    }
-    segment->abandoned_next = NULL;
-    if (abandoned_last != NULL) abandoned_last->abandoned_next = segment;
-    else abandoned_first = segment;
-    abandoned_last = segment;
-    abandoned_unlock();
-    atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
+    abandoned_push(segment, segment, 1);
   }
 }
