@@ -66,7 +66,6 @@ static void *padding_finish(void *p, size_t size, bool zero) {
   uint8_t *b = p;
   size_t usable = usable_raw(p);
   smi_track_undefined(b, usable);
-  memset(b, 0, sizeof(sm_block_t) < size ? sizeof(sm_block_t) : size); /* no link leaks out */
 #if SM_DEBUG
   const sm_segment_t *segment = smi_ptr_segment(p);
   if (segment->kind != SM_SEGMENT_HUGE) { /* freed (and fresh) blocks carry SM_FILL_FREED */
@@ -79,11 +78,24 @@ static void *padding_finish(void *p, size_t size, bool zero) {
       }
     }
   }
-  memset(b, zero ? 0 : SM_FILL_FRESH, size);
+  memset(b, zero ? 0 : SM_FILL_FRESH, size); /* after the check: it covers the link word too */
   memset(b + size + 4, SM_FILL_SLACK, usable - size - SM_PADDING);
 #else
-  if (zero) memset(b, 0, size); /* after any check: the allocation itself did not zero */
+  memset(b, 0, zero ? size : sizeof(sm_block_t) < size ? sizeof(sm_block_t) : size); /* no link leaks out */
 #endif
+  /* an aligned pointer inside its block: the block's own start must not look free either */
+  const sm_segment_t *seg = smi_ptr_segment(b);
+  const sm_page_t *pg = smi_segment_page_of(seg, b);
+  size_t lead = (size_t)(b - smi_page_start(pg)) % pg->block_size;
+  if (lead != 0) {
+    smi_track_undefined(b - lead, lead);
+#if SM_DEBUG
+    memset(b - lead, SM_FILL_FRESH, lead); /* nor carry the freed fill */
+#else
+    memset(b - lead, 0, lead < sizeof(sm_block_t) ? lead : sizeof(sm_block_t));
+#endif
+    smi_track_noaccess(b - lead, lead);
+  }
   uint32_t canary = canary_of(p), delta = (uint32_t)(usable - size);
   memcpy(b + size, &canary, 4);
   memcpy(b + usable - 4, &delta, 4);

@@ -72,24 +72,45 @@ static sm_block_t *page_block_of(const sm_page_t *page, const void *p) {
 }
 
 #if SM_CHECK_FREES
+static bool in_page_block(const sm_page_t *page, uintptr_t p) {
+  uintptr_t start = (uintptr_t)smi_page_start(page);
+  return p >= start && p < start + (size_t)page->capacity * page->block_size && (p - start) % page->block_size == 0;
+}
+
+/* never leaves the page, so a racy or corrupted list cannot make it read unmapped memory */
 static bool list_contains(const sm_page_t *page, const sm_block_t *list, const sm_block_t *block) {
   for (uint32_t n = 0; list != NULL && n <= page->capacity; n++, list = smi_block_next(page, list)) {
     if (list == block) return true;
+    if (!in_page_block(page, (uintptr_t)list)) return false;
   }
   return false;
 }
 
-/* A free block's link word decodes to NULL or to a block of the same page; a live block's rarely
- * does (in secure builds links are encoded), so only suspicious blocks pay for the list scans. */
-static bool block_is_free(const sm_page_t *page, const sm_block_t *block) {
+/* A free block's link word decodes to NULL or to a block of the same page. In the secure build
+ * links are encoded with random keys and every block handed out has its link word cleared, so
+ * that alone tells a free (or quarantined) block from a live one. Otherwise a live block's first
+ * word may look like a link (a self-pointer, a NULL): the owner confirms by scanning the page's
+ * lists, and another thread, which must not walk the owner's lists (they change under it),
+ * checks the debug build's freed-memory fill. */
+static bool block_is_free(const sm_page_t *page, const sm_block_t *block, bool owner) {
   uintptr_t next = (uintptr_t)smi_block_next(page, block);
-  size_t span = (size_t)page->capacity * page->block_size;
-  if (next != 0 && (next < (uintptr_t)smi_page_start(page) || next >= (uintptr_t)smi_page_start(page) + span ||
-                    (next - (uintptr_t)smi_page_start(page)) % page->block_size != 0))
-    return false;
-  uintptr_t tf = atomic_load_explicit(&((sm_page_t *)page)->thread_free, memory_order_acquire);
-  return list_contains(page, page->free, block) || list_contains(page, page->local_free, block) ||
-         list_contains(page, smi_tf_block(tf), block);
+  if (next != 0 && !in_page_block(page, next)) return false;
+  if (SM_SECURE) return true;
+  if (owner) {
+    uintptr_t tf = atomic_load_explicit(&((sm_page_t *)page)->thread_free, memory_order_acquire);
+    return list_contains(page, page->free, block) || list_contains(page, page->local_free, block) ||
+           list_contains(page, smi_tf_block(tf), block);
+  }
+#if SM_DEBUG
+  const uint8_t *b = (const uint8_t *)block;
+  size_t end = page->block_size < 64 ? page->block_size : 64;
+  for (size_t i = sizeof(sm_block_t); i < end; i++) {
+    if (b[i] != 0xDF) return false;
+  }
+  return true;
+#else
+  return false; /* valgrind and ASan builds: the checker itself reports double frees */
+#endif
 }
 
 /* Is p a block (or aligned pointer into a block) that shardmalloc handed out and that is not free?
@@ -113,7 +134,11 @@ static bool free_check(const void *p, sm_segment_t **segment_out, sm_page_t **pa
     return false;
   }
   const sm_block_t *block = (const sm_block_t *)((const uint8_t *)p - offset % page->block_size);
-  if (segment->kind != SM_SEGMENT_HUGE && sm_unlikely(block_is_free(page, block))) {
+  bool owner = atomic_load_explicit(&segment->thread_id, memory_order_relaxed) == smi_tls_tid;
+  /* huge blocks are on no list; one waiting in a quarantine carries the marker link */
+  bool huge_quarantined = SM_SECURE && segment->kind == SM_SEGMENT_HUGE && smi_option(SM_OPT_QUARANTINE) > 0 &&
+                          smi_block_next(page, block) == (sm_block_t *)smi_page_start(page);
+  if (huge_quarantined || (segment->kind != SM_SEGMENT_HUGE && sm_unlikely(block_is_free(page, block, owner)))) {
     smi_error(EINVAL, "double free of %p (block size %zu)", p, page->block_size);
     return false;
   }
@@ -135,13 +160,15 @@ void smi_free_generic(sm_segment_t *segment, sm_page_t *page, void *p) {
     return;
   }
   sm_block_t *block = sm_unlikely(smi_page_has_aligned(page)) ? page_block_of(page, p) : (sm_block_t *)p;
-  if (atomic_load_explicit(&segment->thread_id, memory_order_relaxed) == smi_tls_tid) {
+  uintptr_t owner = atomic_load_explicit(&segment->thread_id, memory_order_relaxed);
+  if (owner == smi_tls_tid) {
     sm_heap_t *heap = smi_page_heap(page);
     smi_heap_lock(heap);
     smi_free_block_local(page, block);
     smi_heap_unlock(heap);
   } else {
     free_remote(page, block);
+    if (owner == 0) smi_segments_note_abandoned_free(); /* its thread has ended */
   }
 }
 
@@ -172,6 +199,16 @@ static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page
   sm_heap_t *heap = smi_tls_heap;
   if (cap <= 0 || heap == &smi_heap_empty) return p;
   if (cap > SM_QUARANTINE_MAX) cap = SM_QUARANTINE_MAX;
+  for (size_t i = 0; i < heap->quarantine_count; i++) { /* it is on no free list while it waits */
+    if (heap->quarantine[(heap->quarantine_head + i) % (size_t)cap] == p) {
+      smi_error(EINVAL, "double free of %p (block size %zu; the block was waiting in the quarantine)", p, page->block_size);
+      return NULL;
+    }
+  }
+  /* mark it (its link word points at its page's first block) so that a second free from any
+   * thread sees a free-looking block */
+  size_t offset = (size_t)((uint8_t *)p - smi_page_start(page)) % page->block_size;
+  smi_block_set_next(page, (sm_block_t *)((uint8_t *)p - offset), (sm_block_t *)smi_page_start(page));
   size_t slot = (heap->quarantine_head + heap->quarantine_count) % (size_t)cap;
   if (heap->quarantine_count < (size_t)cap) {
     heap->quarantine[slot] = p;

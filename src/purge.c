@@ -59,6 +59,8 @@ void smi_purger_fork_prepare(void) {
   while (atomic_load(&purger_busy)) sched_yield();
 }
 void smi_purger_fork_parent(void) { atomic_store(&fork_pending, false); }
+bool smi_purger_running(void) { return atomic_load_explicit(&purger_state, memory_order_relaxed) == PURGER_RUNNING; }
+
 void smi_purger_fork_child(void) { /* it did not survive fork */
   atomic_store(&fork_pending, false);
   atomic_store(&purger_busy, false);

@@ -483,6 +483,7 @@ void *smi_huge_remap(sm_segment_t *segment, size_t newsize) {
 }
 
 void smi_huge_free(sm_segment_t *segment) {
+  segment->pages[0].in_use = 0; /* a second free of it is then seen as invalid */
   smi_gauge_add(SM_GAUGE_HUGE, -(int64_t)segment->map_size);
   smi_gauge_add(SM_GAUGE_HUGE_COUNT, -1);
   if ((uint8_t *)segment == segment->map_start) segment_cache_release(segment, smi_os_now_ms());
@@ -518,6 +519,15 @@ static sm_segment_t *abandoned_pop(void) {
   abandoned_unlock();
   if (segment != NULL) atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
   return segment;
+}
+
+/* A free into a segment of a thread that has ended. While no purger runs (the process is down
+ * to one thread), the thread doing such frees visits the abandoned segments itself every 1024 of
+ * them, so memory that ended threads left behind still comes back. */
+void smi_segments_note_abandoned_free(void) {
+  static _Atomic(size_t) abandoned_frees;
+  size_t n = atomic_fetch_add_explicit(&abandoned_frees, 1, memory_order_relaxed);
+  if ((n & 1023) == 1023 && !smi_purger_running()) smi_segments_visit_abandoned(SIZE_MAX);
 }
 
 /* append the list first..last (count segments, linked by abandoned_next) */

@@ -45,7 +45,8 @@ static size_t pick_size(uint64_t *s) {
 }
 
 /* the program's own pthread_atfork handlers allocate too */
-static void *atfork_block;
+/* per thread: several threads fork at once, and each fork runs the handlers in its own thread */
+static __thread void *atfork_block;
 static int atfork_child_ok;
 static void atfork_prepare(void) { atfork_block = malloc(333); }
 static void atfork_parent(void) { free(atfork_block); }

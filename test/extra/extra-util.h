@@ -22,11 +22,11 @@ typedef struct child_result_s {
   size_t out_len;
 } child_result_t;
 
-static bool child_exited(const child_result_t *r, int code) { return WIFEXITED(r->status) && WEXITSTATUS(r->status) == code; }
-static bool child_signaled(const child_result_t *r, int sig) { return WIFSIGNALED(r->status) && WTERMSIG(r->status) == sig; }
+__attribute__((unused)) static bool child_exited(const child_result_t *r, int code) { return WIFEXITED(r->status) && WEXITSTATUS(r->status) == code; }
+__attribute__((unused)) static bool child_signaled(const child_result_t *r, int sig) { return WIFSIGNALED(r->status) && WTERMSIG(r->status) == sig; }
 
 /* "exit 0", "signal 11 (Segmentation fault)" */
-static const char *child_how(const child_result_t *r) {
+__attribute__((unused)) static const char *child_how(const child_result_t *r) {
   static char buf[96];
   if (WIFEXITED(r->status)) snprintf(buf, sizeof buf, "exit %d", WEXITSTATUS(r->status));
   else if (WIFSIGNALED(r->status)) snprintf(buf, sizeof buf, "signal %d (%s)", WTERMSIG(r->status), strsignal(WTERMSIG(r->status)));
@@ -35,7 +35,7 @@ static const char *child_how(const child_result_t *r) {
 }
 
 /* the child's output, indented, for failure messages */
-static const char *child_output(const child_result_t *r) {
+__attribute__((unused)) static const char *child_output(const child_result_t *r) {
   static char buf[4096];
   size_t n = r->out_len < sizeof buf - 64 ? r->out_len : sizeof buf - 64;
   size_t k = 0;
@@ -49,11 +49,11 @@ static const char *child_output(const child_result_t *r) {
   return buf;
 }
 
-static bool child_says(const child_result_t *r, const char *text) { return strstr(r->out, text) != NULL; }
+__attribute__((unused)) static bool child_says(const child_result_t *r, const char *text) { return strstr(r->out, text) != NULL; }
 
 /* Run /proc/self/exe args... with env (NULL-terminated "NAME=value" list, added to ours; "NAME="
  * with an empty value removes NAME). Kills the child after timeout_s seconds. */
-static void run_child(child_result_t *r, char *const env[], char *const args[], int timeout_s) {
+__attribute__((unused)) static void run_child(child_result_t *r, char *const env[], char *const args[], int timeout_s) {
   int fd[2];
   memset(r, 0, sizeof *r);
   fflush(stdout);
@@ -113,19 +113,19 @@ static void run_child(child_result_t *r, char *const env[], char *const args[], 
   waitpid(pid, &r->status, 0);
 }
 
-static double now_s(void) {
+__attribute__((unused)) static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static void sleep_ms(long ms) {
+__attribute__((unused)) static void sleep_ms(long ms) {
   struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
   while (nanosleep(&t, &t) != 0 && errno == EINTR) {}
 }
 
 /* RSS without allocating (fopen would call malloc, which matters in tests measuring the heap) */
-static size_t rss_now(void) {
+__attribute__((unused)) static size_t rss_now(void) {
   char buf[128];
   int fd = open("/proc/self/statm", O_RDONLY);
   if (fd < 0) return 0;
