@@ -101,6 +101,9 @@ static void *padding_finish(void *p, size_t size, bool zero) {
   memcpy(b + usable - 4, &delta, 4);
   smi_track_malloc(b, size, zero);
   smi_track_noaccess(b + size, usable - size); /* the padding is not the program's */
+#if SM_DEBUG
+  atomic_fetch_add_explicit(&smi_stats.bin_alloc[seg->kind == SM_SEGMENT_HUGE ? SM_BIN_COUNT : pg->bin], 1, memory_order_relaxed);
+#endif
   return p;
 }
 

@@ -145,6 +145,9 @@ static bool free_check(const void *p, sm_segment_t **segment_out, sm_page_t **pa
   smi_padding_check(p, page->block_size);
   smi_track_block_free((void *)p);
 #if SM_DEBUG
+  atomic_fetch_add_explicit(&smi_stats.bin_free[segment->kind == SM_SEGMENT_HUGE ? SM_BIN_COUNT : page->bin], 1, memory_order_relaxed);
+#endif
+#if SM_DEBUG
   if (segment->kind != SM_SEGMENT_HUGE) /* freed memory carries a pattern that malloc checks */
     memset((uint8_t *)block + sizeof(sm_block_t), 0xDF, page->block_size - sizeof(sm_block_t));
 #endif

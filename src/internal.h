@@ -94,6 +94,10 @@ typedef enum {
 typedef struct smi_stats_s {
   _Atomic(int64_t) counter[SM_STAT_COUNT];
   _Atomic(int64_t) gauge[SM_GAUGE_COUNT];
+#if SM_DEBUG
+  _Atomic(int64_t) bin_alloc[SM_BIN_COUNT + 1]; /* per size class (last: huge), debug builds only */
+  _Atomic(int64_t) bin_free[SM_BIN_COUNT + 1];
+#endif
 } smi_stats_t;
 extern smi_stats_t smi_stats;
 static inline void smi_stat_inc(smi_stat_t s) {

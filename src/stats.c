@@ -22,6 +22,16 @@ void sm_stats_print(void) {
   smi_message("%-28s %12lld", "bytes in cached segments", (long long)smi_gauge(SM_GAUGE_CACHED));
   smi_message("%-28s %12lld", "huge blocks in use", (long long)smi_gauge(SM_GAUGE_HUGE_COUNT));
   smi_message("%-28s %12lld", "bytes in huge blocks", (long long)smi_gauge(SM_GAUGE_HUGE));
+#if SM_DEBUG
+  smi_message("%-12s %14s %14s %14s", "block size", "allocated", "freed", "live");
+  for (size_t bin = 0; bin <= SM_BIN_COUNT; bin++) {
+    long long a = (long long)atomic_load_explicit(&smi_stats.bin_alloc[bin], memory_order_relaxed);
+    long long f = (long long)atomic_load_explicit(&smi_stats.bin_free[bin], memory_order_relaxed);
+    if (a == 0 && f == 0) continue;
+    if (bin < SM_BIN_COUNT) smi_message("%-12zu %14lld %14lld %14lld", smi_bin_size(bin), a, f, a - f);
+    else smi_message("%-12s %14lld %14lld %14lld", "huge", a, f, a - f);
+  }
+#endif
 }
 
 static void stats_at_exit(void) { sm_stats_print(); }
