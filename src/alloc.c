@@ -33,8 +33,7 @@ static inline void *heap_malloc_zero(sm_heap_t *heap, size_t size) {
 static size_t usable_raw(const void *p) {
   const sm_segment_t *segment = smi_ptr_segment(p);
   const sm_page_t *page = smi_segment_page_of(segment, p);
-  size_t offset = (size_t)((const uint8_t *)p - smi_page_start(page));
-  return page->block_size - (smi_page_has_aligned(page) ? offset % page->block_size : 0);
+  return page->block_size - (smi_page_has_aligned(page) ? smi_block_offset(page, p) : 0);
 }
 
 #if SM_CHECK_FREES
@@ -86,7 +85,7 @@ static void *padding_finish(void *p, size_t size, bool zero) {
   /* an aligned pointer inside its block: the block's own start must not look free either */
   const sm_segment_t *seg = smi_ptr_segment(b);
   const sm_page_t *pg = smi_segment_page_of(seg, b);
-  size_t lead = (size_t)(b - smi_page_start(pg)) % pg->block_size;
+  size_t lead = smi_page_has_aligned(pg) ? smi_block_offset(pg, b) : 0; /* a division: only when needed */
   if (lead != 0) {
     smi_track_undefined(b - lead, lead);
 #if SM_DEBUG

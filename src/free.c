@@ -67,14 +67,13 @@ static void free_remote(sm_page_t *page, sm_block_t *block) {
 
 /* the block that an interior (aligned) pointer lies in */
 static sm_block_t *page_block_of(const sm_page_t *page, const void *p) {
-  size_t offset = (size_t)((const uint8_t *)p - smi_page_start(page));
-  return (sm_block_t *)((uintptr_t)p - offset % page->block_size);
+  return (sm_block_t *)((uintptr_t)p - smi_block_offset(page, p));
 }
 
 #if SM_CHECK_FREES
 static bool in_page_block(const sm_page_t *page, uintptr_t p) {
   uintptr_t start = (uintptr_t)smi_page_start(page);
-  return p >= start && p < start + (size_t)page->capacity * page->block_size && (p - start) % page->block_size == 0;
+  return p >= start && p < start + (size_t)page->capacity * page->block_size && smi_block_offset(page, (void *)p) == 0;
 }
 
 /* never leaves the page, so a racy or corrupted list cannot make it read unmapped memory */
@@ -128,12 +127,12 @@ static bool free_check(const void *p, sm_segment_t **segment_out, sm_page_t **pa
     smi_error(EINVAL, "free of an invalid pointer %p (not in a live block)", p);
     return false;
   }
-  size_t offset = (size_t)((const uint8_t *)p - smi_page_start(page));
-  if (sm_unlikely(offset % page->block_size != 0 && !smi_page_has_aligned(page))) {
-    smi_error(EINVAL, "free of an interior pointer %p (block %p of size %zu)", p, (void *)(smi_page_start(page) + offset - offset % page->block_size), page->block_size);
+  size_t lead = smi_block_offset(page, p);
+  if (sm_unlikely(lead != 0 && !smi_page_has_aligned(page))) {
+    smi_error(EINVAL, "free of an interior pointer %p (block %p of size %zu)", p, (const void *)((const uint8_t *)p - lead), page->block_size);
     return false;
   }
-  const sm_block_t *block = (const sm_block_t *)((const uint8_t *)p - offset % page->block_size);
+  const sm_block_t *block = (const sm_block_t *)((const uint8_t *)p - lead);
   bool owner = atomic_load_explicit(&segment->thread_id, memory_order_relaxed) == smi_tls_tid;
   /* huge blocks are on no list; one waiting in a quarantine carries the marker link */
   bool huge_quarantined = SM_SECURE && segment->kind == SM_SEGMENT_HUGE && smi_option(SM_OPT_QUARANTINE) > 0 &&
@@ -194,10 +193,8 @@ static inline void free_block(void *p, sm_segment_t *segment, sm_page_t *page) {
  * later frees have passed, so a dangling pointer does not immediately alias a new block. Returns
  * the block to free now (p, an older one, or NULL). */
 static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page) {
-  if (smi_option(SM_OPT_ZERO_ON_FREE) && segment->kind != SM_SEGMENT_HUGE) {
-    size_t offset = (size_t)((uint8_t *)p - smi_page_start(page)) % page->block_size;
-    memset((uint8_t *)p - offset, 0, page->block_size);
-  }
+  if (smi_option(SM_OPT_ZERO_ON_FREE) && segment->kind != SM_SEGMENT_HUGE)
+    memset((uint8_t *)p - smi_block_offset(page, p), 0, page->block_size);
   long cap = smi_option(SM_OPT_QUARANTINE);
   sm_heap_t *heap = smi_tls_heap;
   if (cap <= 0 || heap == &smi_heap_empty) return p;
@@ -210,8 +207,7 @@ static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page
   }
   /* mark it (its link word points at its page's first block) so that a second free from any
    * thread sees a free-looking block */
-  size_t offset = (size_t)((uint8_t *)p - smi_page_start(page)) % page->block_size;
-  smi_block_set_next(page, (sm_block_t *)((uint8_t *)p - offset), (sm_block_t *)smi_page_start(page));
+  smi_block_set_next(page, (sm_block_t *)((uint8_t *)p - smi_block_offset(page, p)), (sm_block_t *)smi_page_start(page));
   size_t slot = (heap->quarantine_head + heap->quarantine_count) % (size_t)cap;
   if (heap->quarantine_count < (size_t)cap) {
     heap->quarantine[slot] = p;

@@ -228,6 +228,14 @@ static inline sm_page_t *smi_segment_page_of(const sm_segment_t *segment, const 
 static inline uint8_t *smi_page_start(const sm_page_t *page) { return (uint8_t *)(page->start_ ^ SM_START_XOR); }
 static inline void smi_page_set_start(sm_page_t *page, uint8_t *start) { page->start_ = (uintptr_t)start ^ SM_START_XOR; }
 
+/* offset of p within its block; pages other than huge ones span less than 4 GiB, so a 32-bit
+ * division does (several times cheaper than a 64-bit one) */
+static inline size_t smi_block_offset(const sm_page_t *page, const void *p) {
+  size_t offset = (size_t)((const uint8_t *)p - smi_page_start(page));
+  if (page->block_size <= UINT32_MAX && offset <= UINT32_MAX) return (uint32_t)offset % (uint32_t)page->block_size;
+  return offset % page->block_size;
+}
+
 static inline sm_segment_t *smi_page_segment(const sm_page_t *page) {
   return (sm_segment_t *)((uintptr_t)page & ~(uintptr_t)SM_SEGMENT_MASK);
 }
