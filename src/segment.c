@@ -156,8 +156,13 @@ static void segment_cache_sweep(uint64_t now, bool force) {
     atomic_fetch_sub_explicit(&segment_cache_count, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&segment_cache_units, entry & SM_SEGMENT_MASK, memory_order_relaxed);
     smi_gauge_add(SM_GAUGE_CACHED, -(int64_t)((entry & SM_SEGMENT_MASK) << SM_SEGMENT_SHIFT));
-    bool expired = force || (!segment->purged && segment->purge_at <= now);
-    if (expired && (force || segment->map_size > SM_SEGMENT_SIZE)) {
+    /* mappings of several segments (huge blocks) wait ten delays, then are unmapped: programs that
+     * allocate and free big buffers in turn reuse their pages instead of faulting them in anew */
+    long delay = smi_option(SM_OPT_PURGE_DELAY);
+    bool multi = segment->map_size > SM_SEGMENT_SIZE;
+    uint64_t due = segment->purge_at + (multi && delay > 0 ? 9 * (uint64_t)delay : 0);
+    bool expired = force || (!segment->purged && due <= now);
+    if (expired && (force || multi)) {
       segment_os_free(segment);
       continue;
     }
@@ -165,7 +170,7 @@ static void segment_cache_sweep(uint64_t now, bool force) {
       smi_os_purge((uint8_t *)segment + SM_OS_PAGE_SIZE, segment->size - SM_OS_PAGE_SIZE, true);
       segment->purged = 1;
     }
-    if (!segment->purged && segment->purge_at < next) next = segment->purge_at;
+    if (!segment->purged && due < next) next = due;
     if (!segment_cache_push(segment)) segment_os_free(segment);
   }
   /* keep an earlier deadline that a concurrent free set meanwhile */
@@ -430,10 +435,15 @@ void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
   bool mem_zero = true;
   if (align == SM_SEGMENT_SIZE) {
     size_t units = map_size >> SM_SEGMENT_SHIFT;
-    segment = segment_cache_pop(units, units, units); /* exact: usable size == sm_good_size */
+    /* a cached mapping up to half again as large will do: its tail is given back, so the usable
+     * size stays what sm_good_size says, and the pages kept need no new page faults */
+    segment = segment_cache_pop(units, units, units + units / 2);
     if (segment != NULL) {
-      map_size = segment->map_size;
       mem_zero = segment->purged;
+      if (segment->map_size > map_size) {
+        smi_os_free((uint8_t *)segment + map_size, segment->map_size - map_size);
+        smi_gauge_add(SM_GAUGE_MAPPED, -(int64_t)(segment->map_size - map_size));
+      }
     }
   }
   if (segment == NULL) {
