@@ -138,7 +138,6 @@ void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld);
 void *smi_huge_alloc(size_t size, size_t alignment, bool zero);
 void smi_huge_free(sm_segment_t *segment);
 void *smi_huge_remap(sm_segment_t *segment, size_t newsize);
-bool smi_huge_resize_in_place(sm_segment_t *segment, size_t newsize);
 void smi_segments_abandon(sm_heap_t *heap);
 bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max, int kind);
 bool smi_segments_abandoned_any(void);
@@ -271,7 +270,6 @@ static inline uintptr_t smi_tf_make(sm_block_t *b, sm_delay_t d) { return (uintp
 static inline sm_heap_t *smi_page_heap(const sm_page_t *page) {
   return atomic_load_explicit(&((sm_page_t *)page)->heap, memory_order_acquire);
 }
-static inline bool smi_page_all_free(const sm_page_t *page) { return page->used == 0; }
 
 /* has_aligned is set by the owner and read by any thread that frees or measures a block of the
  * page: relaxed atomics (a pointer handed over carries the happens-before that matters). */
