@@ -156,11 +156,11 @@ static void segment_cache_sweep(uint64_t now, bool force) {
     atomic_fetch_sub_explicit(&segment_cache_count, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&segment_cache_units, entry & SM_SEGMENT_MASK, memory_order_relaxed);
     smi_gauge_add(SM_GAUGE_CACHED, -(int64_t)((entry & SM_SEGMENT_MASK) << SM_SEGMENT_SHIFT));
-    /* mappings of several segments (huge blocks) wait ten delays, then are unmapped: programs that
-     * allocate and free big buffers in turn reuse their pages instead of faulting them in anew */
-    long delay = smi_option(SM_OPT_PURGE_DELAY);
+    /* after the delay, one-segment entries are purged and larger ones (huge blocks) unmapped.
+     * (Holding huge mappings longer was measured: 3 delays made `large` 1.6x faster but its peak
+     * RSS 1.3x higher, above mimalloc's; memory won.) */
     bool multi = segment->map_size > SM_SEGMENT_SIZE;
-    uint64_t due = segment->purge_at + (multi && delay > 0 ? 9 * (uint64_t)delay : 0);
+    uint64_t due = segment->purge_at;
     bool expired = force || (!segment->purged && due <= now);
     if (expired && (force || multi)) {
       segment_os_free(segment);
