@@ -182,4 +182,22 @@ __attribute__((unused)) static size_t rss_bytes(void) {
 #define MiB ((size_t)1 << 20)
 #define KiB ((size_t)1 << 10)
 
+/* Tests built twice (through the standard names and, for the TSan build, through the sm_ API)
+ * call xmalloc & co.; the sm_ functions are declared in shardmalloc.h, which those tests include. */
+#ifndef SM_TEST_SM_API
+#define SM_TEST_SM_API 0
+#endif
+#if SM_TEST_SM_API
+#define xmalloc sm_malloc
+#define xfree sm_free
+#define xrealloc sm_realloc
+#define xcalloc sm_calloc
+#else
+#define xmalloc malloc
+#define xfree free
+#define xrealloc realloc
+#define xcalloc calloc
+#endif
+#define xowned(p) sm_check_owned(p)
+
 #endif

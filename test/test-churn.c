@@ -12,19 +12,7 @@
 
 #include "shardmalloc.h"
 
-#ifndef SM_TEST_SM_API
-#define SM_TEST_SM_API 0
-#endif
-
-#if SM_TEST_SM_API
-#define xmalloc sm_malloc
-#define xfree sm_free
-#define xrealloc sm_realloc
-#else
-#define xmalloc malloc
-#define xfree free
-#define xrealloc realloc
-#endif
+/* xmalloc & co.: the standard names, or the sm_ API with SM_TEST_SM_API (sm-test.h) */
 
 #define NSLOTS 512
 #define BATCH 50

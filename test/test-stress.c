@@ -16,23 +16,7 @@
 
 #include "shardmalloc.h"
 
-#ifndef SM_TEST_SM_API
-#define SM_TEST_SM_API 0
-#endif
-
-#if SM_TEST_SM_API
-#define xmalloc sm_malloc
-#define xfree sm_free
-#define xrealloc sm_realloc
-#define xcalloc sm_calloc
-#define xowned(p) sm_check_owned(p)
-#else
-#define xmalloc malloc
-#define xfree free
-#define xrealloc realloc
-#define xcalloc calloc
-#define xowned(p) sm_check_owned(p)
-#endif
+/* xmalloc & co.: the standard names, or the sm_ API with SM_TEST_SM_API (sm-test.h) */
 
 struct desc { /* what travels through the table: the block and what is needed to check it */
   uint8_t *p;
