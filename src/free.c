@@ -135,7 +135,7 @@ static bool free_check(const void *p, sm_segment_t **segment_out, sm_page_t **pa
   const sm_block_t *block = (const sm_block_t *)((const uint8_t *)p - lead);
   bool owner = atomic_load_explicit(&segment->thread_id, memory_order_relaxed) == smi_tls_tid;
   /* huge blocks are on no list; one waiting in a quarantine carries the marker link */
-  bool huge_quarantined = SM_SECURE && segment->kind == SM_SEGMENT_HUGE && smi_option(SM_OPT_QUARANTINE) > 0 &&
+  bool huge_quarantined = SM_SECURE && segment->kind == SM_SEGMENT_HUGE && smi_option(sm_option_quarantine) > 0 &&
                           smi_block_next(page, block) == (sm_block_t *)smi_page_start(page);
   if (huge_quarantined || (segment->kind != SM_SEGMENT_HUGE && sm_unlikely(block_is_free(page, block, owner)))) {
     smi_error(EINVAL, "double free of %p (block size %zu)", p, page->block_size);
@@ -193,9 +193,9 @@ static inline void free_block(void *p, sm_segment_t *segment, sm_page_t *page) {
  * later frees have passed, so a dangling pointer does not immediately alias a new block. Returns
  * the block to free now (p, an older one, or NULL). */
 static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page) {
-  if (smi_option(SM_OPT_ZERO_ON_FREE) && segment->kind != SM_SEGMENT_HUGE)
+  if (smi_option(sm_option_zero_on_free) && segment->kind != SM_SEGMENT_HUGE)
     memset((uint8_t *)p - smi_block_offset(page, p), 0, page->block_size);
-  long cap = smi_option(SM_OPT_QUARANTINE);
+  long cap = smi_option(sm_option_quarantine);
   sm_heap_t *heap = smi_tls_heap;
   if (cap <= 0 || heap == &smi_heap_empty) return p;
   if (cap > SM_QUARANTINE_MAX) cap = SM_QUARANTINE_MAX;
@@ -223,7 +223,7 @@ static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page
 /* thread exit, sm_collect: free what waits in the quarantine */
 void smi_quarantine_flush(sm_heap_t *heap) {
   while (heap->quarantine_count > 0) {
-    long cap = smi_option(SM_OPT_QUARANTINE);
+    long cap = smi_option(sm_option_quarantine);
     void *p = heap->quarantine[heap->quarantine_head];
     heap->quarantine_head = (heap->quarantine_head + 1) % (size_t)(cap > 0 && cap <= SM_QUARANTINE_MAX ? cap : SM_QUARANTINE_MAX);
     heap->quarantine_count--;

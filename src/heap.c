@@ -141,6 +141,7 @@ void smi_heap_collect(sm_heap_t *heap, bool force) {
  * then abandon the segments still holding live blocks. */
 void smi_heap_abandon(sm_heap_t *heap) {
   smi_heap_delayed_free(heap);
+  smi_stats_heap_sync(heap); /* counted by this heap up to here; from now on by whoever has the pages */
   for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) {
     for (sm_page_t *page = heap->pages[bin].first; page != NULL; page = page->next) {
       smi_page_set_delay(page, SM_DELAY_NEVER, false);

@@ -140,10 +140,10 @@ sm_heap_t *smi_thread_init(void) {
   else smi_heap_unlock(&td->heap);
   smi_tls_heap = &td->heap;
   smi_tls_tid = tid;
-  smi_stat_inc(SM_STAT_THREAD_INIT);
+  smi_count_add(SM_COUNT_THREADS, 1);
   /* from here on this thread can allocate, so the calls below may re-enter malloc */
   process_init_late();
-  if (atomic_fetch_add(&live_heaps, 1) + 1 >= 2 || smi_option(SM_OPT_BACKGROUND_PURGE) == 2) smi_purger_want();
+  if (atomic_fetch_add(&live_heaps, 1) + 1 >= 2 || smi_option(sm_option_background_purge) == 2) smi_purger_want();
   pthread_setspecific(thread_key, td);
   return &td->heap;
 }
@@ -152,7 +152,7 @@ sm_heap_t *smi_thread_init(void) {
 static void thread_done(void *value) {
   sm_thread_data_t *td = value;
   if (td == NULL || smi_tls_heap != &td->heap) return;
-  smi_stat_inc(SM_STAT_THREAD_DONE);
+  smi_count_add(SM_COUNT_THREADS, -1);
 #if SM_SECURE
   smi_quarantine_flush(&td->heap);
 #endif
@@ -160,7 +160,7 @@ static void thread_done(void *value) {
   smi_heap_abandon(&td->heap);
   td->heap.thread_id = 0; /* dead: the purger skips it */
   smi_heap_unlock(&td->heap);
-  if (atomic_fetch_sub(&live_heaps, 1) - 1 <= 1 && smi_option(SM_OPT_BACKGROUND_PURGE) != 2) smi_purger_stop();
+  if (atomic_fetch_sub(&live_heaps, 1) - 1 <= 1 && smi_option(sm_option_background_purge) != 2) smi_purger_stop();
   smi_tls_heap = &smi_heap_empty;
   smi_tls_tid = 1;
   thread_data_free(td);

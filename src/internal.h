@@ -40,74 +40,111 @@ sm_heap_t *smi_thread_init(void);       /* returns the new heap, or NULL when ou
 void smi_process_init(void);
 
 /* ---- options.c ---- */
-typedef enum {
-  SM_OPT_VERBOSE,
-  SM_OPT_SHOW_ERRORS,
-  SM_OPT_PURGE_DELAY,     /* ms before an unused page is given back; 0 = at once, -1 = never */
-  SM_OPT_PURGE_DECOMMITS, /* 1: MADV_DONTNEED (RSS drops at once), 0: MADV_FREE (lazy) */
-  SM_OPT_SEGMENT_CACHE,   /* whole unused segments kept for reuse (process-wide) */
-  SM_OPT_SHOW_STATS,      /* print the statistics at exit */
-  SM_OPT_BACKGROUND_PURGE, /* 0: never, 1: once the process has two threads, 2: always */
-  SM_OPT_ABORT_ON_ERROR,  /* abort after reporting misuse (default in secure builds) */
-  SM_OPT_ZERO_ON_FREE,    /* secure builds: clear blocks when they are freed */
-  SM_OPT_QUARANTINE,      /* secure builds: freed blocks wait for this many later frees before reuse */
-  SM_OPT_ALLOW_LARGE_OS_PAGES, /* transparent huge pages for segments */
-  SM_OPT_POPULATE,        /* pre-fault new segments */
-  SM_OPT_EAGER_COMMIT_DELAY, /* a thread's first N segments are not pre-faulted */
-  SM_OPT_COUNT
-} smi_option_t;
-long smi_option(smi_option_t opt);
-void smi_options_init(void);
+/* current values, indexed by sm_option_t; read on slow paths (and the secure free path) */
+extern _Atomic(long) smi_option_values[_sm_option_last];
+static inline long smi_option(sm_option_t opt) {
+  return atomic_load_explicit(&smi_option_values[opt], memory_order_relaxed);
+}
+void smi_options_init(void); /* reads the environment; called once by smi_process_init */
+void smi_options_print(void); /* verbose: every option, its value and where it came from */
 void smi_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void smi_warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void smi_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* messages to an explicit output function (NULL: the registered one, else stderr) */
+void smi_message_to(sm_output_fun *out, void *arg, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* ---- stats.c ---- */
+/* ---- stats.c ----
+ * Every figure is kept process-wide with relaxed atomics and updated on slow paths only, so the
+ * fast paths pay nothing. Block figures for small/medium/large pages (normal, large) are counted
+ * when a page's free list is refilled or the page is given back (page.c, "refill accounting"),
+ * so they lag the truth by at most the blocks on one free list per page in use; sm_stats_merge
+ * and sm_collect bring the calling thread's pages up to date. */
+/* amounts with a current value: total = sum of increases, freed = sum of decreases */
+#define SM_COUNTS_LIST(X)                                                       \
+  X(NORMAL, "normal", true)         /* bytes in blocks of small and medium pages */ \
+  X(NORMAL_BLOCKS, "normal blocks", false)                                     \
+  X(LARGE, "large", true)           /* bytes in blocks of large pages */        \
+  X(LARGE_BLOCKS, "large blocks", false)                                       \
+  X(HUGE, "huge", true)             /* bytes in huge blocks (their whole mapping) */ \
+  X(HUGE_BLOCKS, "huge blocks", false)                                         \
+  X(RESERVED, "reserved", true)     /* address space mapped (segments, huge, cache, arenas) */ \
+  X(COMMITTED, "committed", true)   /* reserved minus what was purged and not reused */ \
+  X(CACHED, "cached", true)         /* bytes of unused segments in the segment cache */ \
+  X(SEGMENTS, "segments", false)    /* segments owned by heaps */                \
+  X(PAGES, "pages", false)          /* pages in use */                           \
+  X(ABANDONED, "abandoned", false)  /* segments of ended threads, not yet reclaimed */ \
+  X(THREADS, "threads", false)                                                  \
+  X(HEAPS, "heaps", false)          /* heaps made with sm_heap_new */
+typedef enum {
+#define SM_COUNT_ENUM(name, text, bytes) SM_COUNT_##name,
+  SM_COUNTS_LIST(SM_COUNT_ENUM)
+#undef SM_COUNT_ENUM
+  SM_COUNT_COUNT
+} smi_count_t;
+/* events */
 #define SM_STATS_LIST(X)                                  \
   X(SEGMENT_MAP, "segments mapped")                       \
   X(SEGMENT_UNMAP, "segments unmapped")                   \
   X(SEGMENT_CACHE_HIT, "segments reused from cache")      \
-  X(SEGMENT_ABANDON, "segments abandoned")                \
   X(SEGMENT_RECLAIM, "segments reclaimed")                \
-  X(PAGE_ALLOC, "pages allocated")                        \
-  X(PAGE_FREE, "pages freed")                             \
   X(PAGE_PURGE, "pages purged")                           \
+  X(PURGED, "bytes purged")                               \
   X(PAGE_TO_FULL, "pages moved to full")                  \
-  X(HUGE_ALLOC, "huge blocks mapped")                     \
-  X(HUGE_FREE, "huge blocks unmapped")                    \
-  X(THREAD_INIT, "threads started")                       \
-  X(THREAD_DONE, "threads ended")
+  X(MMAP_CALLS, "mmap calls")                             \
+  X(MUNMAP_CALLS, "munmap calls")
 typedef enum {
 #define SM_STAT_ENUM(name, text) SM_STAT_##name,
   SM_STATS_LIST(SM_STAT_ENUM)
 #undef SM_STAT_ENUM
   SM_STAT_COUNT
 } smi_stat_t;
-/* gauges: current values, moved up and down on slow paths */
-typedef enum {
-  SM_GAUGE_MAPPED,      /* bytes of address space mapped (segments, huge blocks, cache) */
-  SM_GAUGE_HUGE,        /* bytes in huge blocks in use */
-  SM_GAUGE_HUGE_COUNT,  /* huge blocks in use */
-  SM_GAUGE_CACHED,      /* bytes of unused segments in the cache */
-  SM_GAUGE_COUNT
-} smi_gauge_t;
+typedef struct smi_stat_count_s {
+  _Atomic(int64_t) total, freed, current, peak;
+} smi_stat_count_t;
 typedef struct smi_stats_s {
+  smi_stat_count_t count[SM_COUNT_COUNT];
   _Atomic(int64_t) counter[SM_STAT_COUNT];
-  _Atomic(int64_t) gauge[SM_GAUGE_COUNT];
 #if SM_DEBUG
   _Atomic(int64_t) bin_alloc[SM_BIN_COUNT + 1]; /* per size class (last: huge), debug builds only */
   _Atomic(int64_t) bin_free[SM_BIN_COUNT + 1];
 #endif
 } smi_stats_t;
 extern smi_stats_t smi_stats;
-static inline void smi_stat_inc(smi_stat_t s) {
-  atomic_fetch_add_explicit(&smi_stats.counter[s], 1, memory_order_relaxed);
+static inline void smi_stat_add(smi_stat_t s, int64_t n) {
+  atomic_fetch_add_explicit(&smi_stats.counter[s], n, memory_order_relaxed);
 }
-static inline void smi_gauge_add(smi_gauge_t g, int64_t delta) {
-  atomic_fetch_add_explicit(&smi_stats.gauge[g], delta, memory_order_relaxed);
+static inline void smi_stat_inc(smi_stat_t s) { smi_stat_add(s, 1); }
+void smi_count_peak(smi_stat_count_t *c, int64_t current);
+static inline void smi_count_add(smi_count_t which, int64_t delta) {
+  smi_stat_count_t *c = &smi_stats.count[which];
+  if (delta == 0) return;
+  int64_t now = atomic_fetch_add_explicit(&c->current, delta, memory_order_relaxed) + delta;
+  if (delta > 0) {
+    atomic_fetch_add_explicit(&c->total, delta, memory_order_relaxed);
+    if (now > atomic_load_explicit(&c->peak, memory_order_relaxed)) smi_count_peak(c, now);
+  } else {
+    atomic_fetch_add_explicit(&c->freed, -delta, memory_order_relaxed);
+  }
 }
-static inline int64_t smi_gauge(smi_gauge_t g) { return atomic_load_explicit(&smi_stats.gauge[g], memory_order_relaxed); }
-void smi_stats_init(void);
+/* plus and minus at once: current moves by the difference only (no false peak) */
+static inline void smi_count_move(smi_count_t which, int64_t plus, int64_t minus) {
+  smi_stat_count_t *c = &smi_stats.count[which];
+  if (plus == 0 && minus == 0) return;
+  int64_t now = atomic_fetch_add_explicit(&c->current, plus - minus, memory_order_relaxed) + plus - minus;
+  atomic_fetch_add_explicit(&c->total, plus, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->freed, minus, memory_order_relaxed);
+  if (now > atomic_load_explicit(&c->peak, memory_order_relaxed)) smi_count_peak(c, now);
+}
+static inline int64_t smi_count_current(smi_count_t which) {
+  return atomic_load_explicit(&smi_stats.count[which].current, memory_order_relaxed);
+}
+void smi_stats_init(void);   /* at process start: start time, show_stats at exit */
+/* page.c: refill accounting. sync brings every page of the heap up to date and flushes the heap's
+ * pending figures (owner, heap lock held); discard counts a page's blocks as freed */
+void smi_stats_heap_sync(sm_heap_t *heap);
+void smi_stats_heap_flush(sm_heap_t *heap);
+void smi_stats_page_sync(sm_page_t *page);
+void smi_stats_page_discard(sm_page_t *page);
 
 static inline uint64_t smi_heap_random(sm_heap_t *heap) { /* xorshift64: cheap, per heap */
   uint64_t x = heap->random;
@@ -131,6 +168,14 @@ static inline size_t smi_bin_size(size_t bin) { return smi_bin_sizes[bin]; }
 #if SM_DEBUG
 void smi_sizeclass_check(void);
 #endif
+
+/* ---- arena.c: the memory segments are made of ---- */
+/* like smi_os_alloc_aligned; NULL above the memory limit or when the OS refuses */
+void *smi_mem_alloc(size_t size, size_t alignment, size_t offset);
+void smi_mem_free(void *p, size_t size, size_t purged);
+void *smi_mem_remap(void *p, size_t old_size, size_t new_size, size_t alignment);
+void smi_mem_purged(size_t size);
+void smi_mem_unpurged(size_t size);
 
 /* ---- segment.c ---- */
 sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size);

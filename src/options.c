@@ -9,27 +9,39 @@
 #include <stdlib.h>
 
 typedef struct option_desc_s {
-  long value;
+  long value; /* the default */
   const char *name; /* environment: SHARDMALLOC_<NAME> (upper case) */
 } option_desc_t;
 
-static option_desc_t options[SM_OPT_COUNT] = {
-    [SM_OPT_VERBOSE] = {0, "verbose"},
-    [SM_OPT_SHOW_ERRORS] = {SM_DEBUG || SM_SECURE, "show_errors"},
-    [SM_OPT_PURGE_DELAY] = {10, "purge_delay"},
-    [SM_OPT_PURGE_DECOMMITS] = {1, "purge_decommits"},
-    [SM_OPT_SEGMENT_CACHE] = {16, "segment_cache"},
-    [SM_OPT_SHOW_STATS] = {0, "show_stats"},
-    [SM_OPT_BACKGROUND_PURGE] = {1, "background_purge"},
-    [SM_OPT_ABORT_ON_ERROR] = {SM_SECURE, "abort_on_error"},
-    [SM_OPT_ZERO_ON_FREE] = {0, "zero_on_free"},
-    [SM_OPT_QUARANTINE] = {0, "quarantine"},
-    [SM_OPT_ALLOW_LARGE_OS_PAGES] = {0, "allow_large_os_pages"},
-    [SM_OPT_POPULATE] = {0, "populate"},
-    [SM_OPT_EAGER_COMMIT_DELAY] = {1, "eager_commit_delay"},
+static option_desc_t options[_sm_option_last] = {
+    [sm_option_show_errors] = {SM_DEBUG || SM_SECURE, "show_errors"},
+    [sm_option_show_stats] = {0, "show_stats"},
+    [sm_option_verbose] = {0, "verbose"},
+    [sm_option_max_errors] = {-1, "max_errors"},
+    [sm_option_max_warnings] = {-1, "max_warnings"},
+    [sm_option_purge_delay] = {10, "purge_delay"},
+    [sm_option_purge_decommits] = {1, "purge_decommits"},
+    [sm_option_segment_cache] = {16, "segment_cache"},
+    [sm_option_background_purge] = {1, "background_purge"},
+    [sm_option_abort_on_error] = {SM_SECURE, "abort_on_error"},
+    [sm_option_zero_on_free] = {0, "zero_on_free"},
+    [sm_option_quarantine] = {0, "quarantine"},
+    [sm_option_eager_commit] = {0, "eager_commit"},
+    [sm_option_eager_commit_delay] = {1, "eager_commit_delay"},
+    [sm_option_populate] = {0, "populate"},
+    [sm_option_allow_large_os_pages] = {0, "allow_large_os_pages"},
+    [sm_option_reserve_huge_os_pages] = {0, "reserve_huge_os_pages"},
+    [sm_option_reserve_huge_os_pages_at] = {-1, "reserve_huge_os_pages_at"},
+    [sm_option_reserve_os_memory] = {0, "reserve_os_memory"},
+    [sm_option_arena_reserve] = {0, "arena_reserve"},
+    [sm_option_use_numa_nodes] = {0, "use_numa_nodes"},
+    [sm_option_disallow_os_alloc] = {0, "disallow_os_alloc"},
+    [sm_option_destroy_on_exit] = {0, "destroy_on_exit"},
+    [sm_option_memory_limit] = {0, "memory_limit"},
+    [sm_option_huge_timeout] = {1000, "huge_timeout"},
 };
 
-long smi_option(smi_option_t opt) { return options[opt].value; }
+_Atomic(long) smi_option_values[_sm_option_last];
 
 /* "12", "-1", "on"/"off", "true"/"false", with optional K/M/G suffix */
 static bool option_parse(const char *s, long *out) {
@@ -54,7 +66,8 @@ static bool option_parse(const char *s, long *out) {
 
 void smi_options_init(void) {
   int saved = errno;
-  for (int i = 0; i < SM_OPT_COUNT; i++) {
+  for (int i = 0; i < _sm_option_last; i++) atomic_store_explicit(&smi_option_values[i], options[i].value, memory_order_relaxed);
+  for (int i = 0; i < _sm_option_last; i++) {
     char env[64] = "SHARDMALLOC_";
     size_t n = strlen(env);
     for (const char *c = options[i].name; *c && n < sizeof env - 1; c++) env[n++] = (char)toupper((unsigned char)*c);
@@ -62,14 +75,14 @@ void smi_options_init(void) {
     const char *s = smi_os_getenv(env);
     if (s == NULL) continue;
     long v;
-    if (option_parse(s, &v)) options[i].value = v;
-    else smi_warning("option %s: cannot read value \"%s\"; keeping %ld", env, s, options[i].value);
+    if (option_parse(s, &v)) atomic_store_explicit(&smi_option_values[i], v, memory_order_relaxed);
+    else smi_warning("option %s: cannot read value \"%s\"; keeping %ld", env, s, smi_option((sm_option_t)i));
   }
   errno = saved;
-  if (options[SM_OPT_VERBOSE].value) {
+  if (smi_option(sm_option_verbose)) {
     smi_message("shardmalloc %d.%d.%d (%s build) active", SM_VERSION_MAJOR, SM_VERSION_MINOR, SM_VERSION_PATCH,
                 SM_DEBUG ? "debug" : SM_SECURE ? "secure" : "release");
-    for (int i = 0; i < SM_OPT_COUNT; i++) smi_message("option %s: %ld", options[i].name, options[i].value);
+    for (int i = 0; i < _sm_option_last; i++) smi_message("option %s: %ld", options[i].name, smi_option((sm_option_t)i));
   }
 }
 
@@ -122,13 +135,13 @@ void smi_warning(const char *fmt, ...) {
  * default in secure builds) or call the registered handler. The bad operation itself is ignored
  * by the caller, so no memory is corrupted either way. */
 void smi_error(int err, const char *fmt, ...) {
-  if (options[SM_OPT_SHOW_ERRORS].value) {
+  if (smi_option(sm_option_show_errors)) {
     va_list args;
     va_start(args, fmt);
     message_va("error: ", fmt, args);
     va_end(args);
   }
-  if (options[SM_OPT_ABORT_ON_ERROR].value) abort();
+  if (smi_option(sm_option_abort_on_error)) abort();
   sm_error_fun *fun = error_fun;
   if (fun != NULL) fun(err, error_arg);
 }

@@ -100,10 +100,10 @@ SM_PUBLIC int mallopt(int param, int value) {
  * "in use" figure is the address space of segments that hold blocks (an upper bound). */
 #include <malloc.h>
 static void fill_mallinfo(size_t *arena, size_t *hblks, size_t *hblkhd, size_t *uord, size_t *ford) {
-  size_t mapped = (size_t)smi_gauge(SM_GAUGE_MAPPED), huge = (size_t)smi_gauge(SM_GAUGE_HUGE);
-  size_t cached = (size_t)smi_gauge(SM_GAUGE_CACHED);
+  size_t mapped = (size_t)smi_count_current(SM_COUNT_RESERVED), huge = (size_t)smi_count_current(SM_COUNT_HUGE);
+  size_t cached = (size_t)smi_count_current(SM_COUNT_CACHED);
   *arena = mapped > huge ? mapped - huge : 0;
-  *hblks = (size_t)smi_gauge(SM_GAUGE_HUGE_COUNT);
+  *hblks = (size_t)smi_count_current(SM_COUNT_HUGE_BLOCKS);
   *hblkhd = huge;
   *uord = *arena > cached ? *arena - cached : 0;
   *ford = cached;

@@ -119,10 +119,87 @@ void smi_page_collect_remote(sm_page_t *page) {
   page->used -= count;
 }
 
+/* ---- statistics: refill accounting ----
+ * Blocks are not counted one by one (that would cost the fast paths). Instead, when `free` is
+ * refilled (it is empty then, so every block put on it last time was allocated) the page counts
+ * stat_handed blocks as allocated and the blocks moving over from local_free (capacity - used,
+ * all of them freed since the last refill) as freed. A page given back counts its rest. */
+#define SM_STATS_FLUSH_BYTES ((int64_t)1 << 20) /* a heap adds its figures to the totals this often */
+
+static uint32_t list_length(const sm_page_t *page, const sm_block_t *b) {
+  uint32_t n = 0;
+  for (; b != NULL && n <= page->capacity; b = smi_block_next(page, b)) n++;
+  return n;
+}
+
+void smi_stats_heap_flush(sm_heap_t *heap) {
+  for (int k = 0; k < 8; k += 4) {
+    int64_t *d = &heap->stat_delta[k];
+    smi_count_move(k == 0 ? SM_COUNT_NORMAL : SM_COUNT_LARGE, d[0], d[1]);
+    smi_count_move(k == 0 ? SM_COUNT_NORMAL_BLOCKS : SM_COUNT_LARGE_BLOCKS, d[2], d[3]);
+    d[0] = d[1] = d[2] = d[3] = 0;
+  }
+}
+
+/* the owner (or the purger, with the heap's lock) moved blocks; abandoned pages count directly */
+static void page_account(sm_page_t *page, int64_t allocated, int64_t freed) {
+  sm_assert(allocated >= 0 && freed >= 0);
+  if (allocated == 0 && freed == 0) return;
+  bool large = page->block_size > SM_MEDIUM_OBJ_MAX;
+  int64_t bsize = (int64_t)page->block_size;
+  sm_heap_t *heap = smi_page_heap(page);
+  if (heap == NULL) {
+    smi_count_move(large ? SM_COUNT_LARGE : SM_COUNT_NORMAL, allocated * bsize, freed * bsize);
+    smi_count_move(large ? SM_COUNT_LARGE_BLOCKS : SM_COUNT_NORMAL_BLOCKS, allocated, freed);
+    return;
+  }
+  int64_t *d = &heap->stat_delta[large ? 4 : 0];
+  d[0] += allocated * bsize;
+  d[1] += freed * bsize;
+  d[2] += allocated;
+  d[3] += freed;
+  if (d[0] + d[1] > SM_STATS_FLUSH_BYTES) smi_stats_heap_flush(heap);
+}
+
+/* the page goes back to its segment (or is destroyed): whatever is not on `free` counts as freed */
+void smi_stats_page_discard(sm_page_t *page) {
+  uint32_t on_free = list_length(page, page->free);
+  page_account(page, (int64_t)page->stat_handed - on_free, (int64_t)page->capacity - on_free);
+  page->stat_handed = 0;
+}
+
+/* count everything up to now, and put local_free in front of free so nothing is counted twice */
+void smi_stats_page_sync(sm_page_t *page) {
+  smi_page_collect_remote(page);
+  uint32_t on_free = list_length(page, page->free), on_local = 0;
+  sm_block_t *tail = NULL;
+  for (sm_block_t *b = page->local_free; b != NULL && on_local <= page->capacity; b = smi_block_next(page, b)) {
+    tail = b;
+    on_local++;
+  }
+  page_account(page, (int64_t)page->stat_handed - on_free, on_local);
+  if (tail != NULL) {
+    smi_block_set_next(page, tail, page->free);
+    page->free = page->local_free;
+    page->local_free = NULL;
+    page->free_is_zero = false;
+  }
+  page->stat_handed = on_free + on_local;
+}
+
+void smi_stats_heap_sync(sm_heap_t *heap) {
+  for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) {
+    for (sm_page_t *page = heap->pages[bin].first; page != NULL; page = page->next) smi_stats_page_sync(page);
+  }
+  smi_stats_heap_flush(heap);
+}
+
 void smi_page_collect(sm_page_t *page) {
   if (smi_tf_block(atomic_load_explicit(&page->thread_free, memory_order_relaxed)) != NULL)
     smi_page_collect_remote(page);
   if (page->local_free != NULL && page->free == NULL) {
+    page_account(page, page->stat_handed, (int64_t)page->capacity - page->used);
+    page->stat_handed = page->capacity - page->used;
     page->free = page->local_free;
     page->local_free = NULL;
     page->free_is_zero = false;
@@ -168,6 +245,8 @@ static void page_extend(sm_page_t *page) {
     }
     smi_block_set_next(page, prev, NULL);
     smi_track_noaccess(first, extend * bsize);
+    page_account(page, page->stat_handed, 0);
+    page->stat_handed = (uint32_t)extend;
     page->free = head;
     page->free_is_zero = page->mem_is_zero;
     page->capacity += (uint32_t)extend;
@@ -177,6 +256,8 @@ static void page_extend(sm_page_t *page) {
   for (uint8_t *b = first; b < last; b += bsize) smi_block_set_next(page, (sm_block_t *)b, (sm_block_t *)(b + bsize));
   smi_block_set_next(page, (sm_block_t *)last, NULL);
   smi_track_noaccess(first, extend * bsize); /* not the program's until allocated */
+  page_account(page, page->stat_handed, 0);
+  page->stat_handed = (uint32_t)extend;
   page->free = (sm_block_t *)first;
   page->free_is_zero = page->mem_is_zero && !SM_DEBUG;
   page->capacity += (uint32_t)extend;
@@ -191,6 +272,7 @@ void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t a
   page->retire_ticks = 0;
   page->block_size = block_size;
   page->capacity = 0;
+  page->stat_handed = 0;
   page->reserved = (uint32_t)(area / block_size);
   atomic_store_explicit(&page->thread_free, smi_tf_make(NULL, SM_DELAY_NONE), memory_order_relaxed);
   atomic_store_explicit(&page->heap, heap, memory_order_release);
@@ -234,6 +316,7 @@ void smi_page_unfull(sm_page_t *page) {
 
 void smi_page_free_empty(sm_heap_t *heap, sm_page_t *page) {
   sm_assert(page->used == 0);
+  smi_stats_page_discard(page);
   smi_page_queue_remove(heap, page);
   atomic_store_explicit(&page->heap, NULL, memory_order_release);
   smi_segment_page_free(page, heap->tld);

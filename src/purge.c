@@ -45,7 +45,7 @@ void smi_heaps_register(sm_heap_t *heap) {
 
 void smi_purger_want(void) {
   int expected = PURGER_OFF;
-  if (smi_option(SM_OPT_BACKGROUND_PURGE) != 0) atomic_compare_exchange_strong(&purger_state, &expected, PURGER_WANTED);
+  if (smi_option(sm_option_background_purge) != 0) atomic_compare_exchange_strong(&purger_state, &expected, PURGER_WANTED);
 }
 
 /* fork: the purger must not be inside a heap when the address space is copied, or the child would

@@ -73,10 +73,9 @@ static sm_segment_queue_t *segment_free_queue(sm_tld_t *tld, const sm_segment_t 
 }
 
 static void segment_os_free(sm_segment_t *segment) {
-  smi_stat_inc(segment->kind == SM_SEGMENT_HUGE ? SM_STAT_HUGE_FREE : SM_STAT_SEGMENT_UNMAP);
-  smi_gauge_add(SM_GAUGE_MAPPED, -(int64_t)segment->map_size);
+  if (segment->kind != SM_SEGMENT_HUGE) smi_stat_inc(SM_STAT_SEGMENT_UNMAP);
   segment_map_set(segment, false);
-  smi_os_free(segment->map_start, segment->map_size);
+  smi_mem_free(segment->map_start, segment->map_size, segment->purged_bytes);
 }
 
 /* ---- the segment cache: unused mappings (whole segments, huge ones too), shared by all threads
@@ -100,7 +99,7 @@ static size_t cache_units(const sm_segment_t *segment) { return segment->map_siz
 
 static bool segment_cache_push(sm_segment_t *segment) {
   size_t units = cache_units(segment);
-  size_t limit = (size_t)smi_option(SM_OPT_SEGMENT_CACHE);
+  size_t limit = (size_t)smi_option(sm_option_segment_cache);
   if (limit > SM_CACHE_SLOTS) limit = SM_CACHE_SLOTS;
   if ((uint8_t *)segment != segment->map_start || (segment->map_size & SM_SEGMENT_MASK) != 0 ||
       atomic_load_explicit(&segment_cache_count, memory_order_relaxed) >= limit ||
@@ -114,7 +113,7 @@ static bool segment_cache_push(sm_segment_t *segment) {
                                                 memory_order_relaxed)) {
       atomic_fetch_add_explicit(&segment_cache_count, 1, memory_order_relaxed);
       atomic_fetch_add_explicit(&segment_cache_units, units, memory_order_relaxed);
-      smi_gauge_add(SM_GAUGE_CACHED, (int64_t)(units << SM_SEGMENT_SHIFT));
+      smi_count_add(SM_COUNT_CACHED, (int64_t)(units << SM_SEGMENT_SHIFT));
       return true;
     }
   }
@@ -132,7 +131,7 @@ static sm_segment_t *segment_cache_pop(size_t start, size_t min_units, size_t ma
     if (atomic_compare_exchange_strong_explicit(slot, &entry, 0, memory_order_acquire, memory_order_relaxed)) {
       atomic_fetch_sub_explicit(&segment_cache_count, 1, memory_order_relaxed);
       atomic_fetch_sub_explicit(&segment_cache_units, units, memory_order_relaxed);
-      smi_gauge_add(SM_GAUGE_CACHED, -(int64_t)(units << SM_SEGMENT_SHIFT));
+      smi_count_add(SM_COUNT_CACHED, -(int64_t)(units << SM_SEGMENT_SHIFT));
       smi_stat_inc(SM_STAT_SEGMENT_CACHE_HIT);
       return (sm_segment_t *)(entry & ~(uintptr_t)SM_SEGMENT_MASK);
     }
@@ -155,7 +154,7 @@ static void segment_cache_sweep(uint64_t now, bool force) {
     sm_segment_t *segment = (sm_segment_t *)(entry & ~(uintptr_t)SM_SEGMENT_MASK);
     atomic_fetch_sub_explicit(&segment_cache_count, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&segment_cache_units, entry & SM_SEGMENT_MASK, memory_order_relaxed);
-    smi_gauge_add(SM_GAUGE_CACHED, -(int64_t)((entry & SM_SEGMENT_MASK) << SM_SEGMENT_SHIFT));
+    smi_count_add(SM_COUNT_CACHED, -(int64_t)((entry & SM_SEGMENT_MASK) << SM_SEGMENT_SHIFT));
     /* after the delay, one-segment entries are purged and larger ones (huge blocks) unmapped.
      * (Holding huge mappings longer was measured: 3 delays made `large` 1.6x faster but its peak
      * RSS 1.3x higher, above mimalloc's; memory won.) */
@@ -168,6 +167,8 @@ static void segment_cache_sweep(uint64_t now, bool force) {
     }
     if (expired) {
       smi_os_purge((uint8_t *)segment + SM_OS_PAGE_SIZE, segment->size - SM_OS_PAGE_SIZE, true);
+      smi_mem_purged(segment->size - SM_OS_PAGE_SIZE - segment->purged_bytes);
+      segment->purged_bytes = segment->size - SM_OS_PAGE_SIZE;
       segment->purged = 1;
     }
     if (!segment->purged && due < next) next = due;
@@ -180,7 +181,7 @@ static void segment_cache_sweep(uint64_t now, bool force) {
 
 /* An unused mapping goes to the cache (to be purged after the delay) or back to the OS. */
 static void segment_cache_release(sm_segment_t *segment, uint64_t now) {
-  long delay = smi_option(SM_OPT_PURGE_DELAY);
+  long delay = smi_option(sm_option_purge_delay);
   atomic_store_explicit(&segment->thread_id, 0, memory_order_relaxed);
   bool purged = delay < 0; /* never purge: count it as done */
   uint64_t purge_at = now + (uint64_t)(delay < 0 ? 0 : delay);
@@ -205,12 +206,11 @@ void smi_segment_cache_sweep_due(void) {
 /* When the OS refuses (address space exhausted, RLIMIT_AS), give back the cached address space
  * and try once more before reporting ENOMEM. */
 static void *os_alloc_or_flush(size_t size, size_t alignment, size_t offset) {
-  void *p = smi_os_alloc_aligned(size, alignment, offset);
+  void *p = smi_mem_alloc(size, alignment, offset);
   if (p == NULL && atomic_load_explicit(&segment_cache_count, memory_order_relaxed) > 0) {
     smi_segment_cache_flush();
-    p = smi_os_alloc_aligned(size, alignment, offset);
+    p = smi_mem_alloc(size, alignment, offset);
   }
-  if (p != NULL) smi_gauge_add(SM_GAUGE_MAPPED, (int64_t)size);
   return p;
 }
 
@@ -237,8 +237,13 @@ static void purge_list_remove(sm_tld_t *tld, sm_page_t *page) {
 
 static void page_purge(sm_segment_t *segment, sm_page_t *page) {
   smi_stat_inc(SM_STAT_PAGE_PURGE);
-  bool zero = smi_os_purge(smi_page_start(page), page_area(segment, page), smi_option(SM_OPT_PURGE_DECOMMITS) != 0);
-  page->mem_is_zero = zero;
+  size_t area = page_area(segment, page);
+  page->mem_is_zero = smi_os_purge(smi_page_start(page), area, smi_option(sm_option_purge_decommits) != 0);
+  if (!page->is_purged) {
+    page->is_purged = 1;
+    segment->purged_bytes += area;
+    smi_mem_purged(area);
+  }
 }
 
 /* Purge what has waited long enough (everything with force). Bounded by what is pending. */
@@ -313,6 +318,7 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
   bool zero;
   if (segment != NULL) {
     zero = segment->purged;
+    smi_mem_unpurged(segment->purged_bytes); /* its header is rewritten below */
   } else {
     smi_stat_inc(SM_STAT_SEGMENT_MAP);
     segment = os_alloc_or_flush(SM_SEGMENT_SIZE, SM_SEGMENT_SIZE, 0);
@@ -320,16 +326,17 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
     zero = true;
     segment_map_set(segment, true);
     segment_protect(segment, SM_SEGMENT_SIZE);
-    if (smi_option(SM_OPT_ALLOW_LARGE_OS_PAGES)) smi_os_use_large_pages(segment, SM_SEGMENT_SIZE);
+    if (smi_option(sm_option_allow_large_os_pages)) smi_os_use_large_pages(segment, SM_SEGMENT_SIZE);
     /* populate: pay the page faults up front, except for a thread's first segments, so that
      * short-lived threads stay cheap */
-    if (smi_option(SM_OPT_POPULATE) && (long)tld->segment_count >= smi_option(SM_OPT_EAGER_COMMIT_DELAY))
+    if (smi_option(sm_option_populate) && (long)tld->segment_count >= smi_option(sm_option_eager_commit_delay))
       smi_os_populate(segment, SM_SEGMENT_SIZE - SM_GUARD_SIZE);
   }
   size_t count = kind == SM_SEGMENT_SMALL ? SM_SMALL_PAGES_PER_SEGMENT : kind == SM_SEGMENT_MEDIUM ? SM_SEGMENT_SIZE / SM_MEDIUM_PAGE_SIZE : 1;
   size_t shift = kind == SM_SEGMENT_SMALL ? SM_SMALL_PAGE_SHIFT : kind == SM_SEGMENT_MEDIUM ? SM_MEDIUM_PAGE_SHIFT : SM_LARGE_PAGE_SHIFT;
   segment_init_header(segment, kind, count, shift, SM_SEGMENT_SIZE, heap->thread_id, zero);
   tld->segment_count++;
+  smi_count_add(SM_COUNT_SEGMENTS, 1);
   sm_segment_queue_t *q = segment_free_queue(tld, segment);
   if (q != NULL) {
     segment_queue_push(q, segment);
@@ -347,6 +354,7 @@ static void segment_free(sm_segment_t *segment, sm_tld_t *tld) {
     if (segment->pages[i].purge_pending) purge_list_remove(tld, &segment->pages[i]);
   }
   tld->segment_count--;
+  smi_count_add(SM_COUNT_SEGMENTS, -1);
   segment_cache_release(segment, tld_now(tld));
 }
 
@@ -372,8 +380,14 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size) {
     }
   }
   sm_assert(page != NULL);
-  smi_stat_inc(SM_STAT_PAGE_ALLOC);
+  smi_count_add(SM_COUNT_PAGES, 1);
   page->in_use = 1;
+  if (page->is_purged) { /* its memory comes back as it is touched */
+    page->is_purged = 0;
+    size_t area = page_area(segment, page);
+    segment->purged_bytes -= area;
+    smi_mem_unpurged(area);
+  }
   if (++segment->used == segment->page_count && segment->in_free_queue) {
     segment_queue_remove(q, segment);
     segment->in_free_queue = 0;
@@ -387,7 +401,7 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size) {
 void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld) {
   sm_segment_t *segment = smi_page_segment(page);
   sm_assert(page->in_use && segment->used > 0);
-  smi_stat_inc(SM_STAT_PAGE_FREE);
+  smi_count_add(SM_COUNT_PAGES, -1);
   page->in_use = 0;
   page->free = page->local_free = NULL;
   page->mem_is_zero = 0;
@@ -395,7 +409,7 @@ void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld) {
     segment_free(segment, tld);
     return;
   }
-  long delay = smi_option(SM_OPT_PURGE_DELAY);
+  long delay = smi_option(sm_option_purge_delay);
   if (delay == 0) page_purge(segment, page);
   else if (delay > 0) {
     page->purge_at = tld_now(tld) + (uint64_t)delay;
@@ -440,16 +454,13 @@ void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
     segment = segment_cache_pop(units, units, units + units / 2);
     if (segment != NULL) {
       mem_zero = segment->purged;
-      if (segment->map_size > map_size) {
-        smi_os_free((uint8_t *)segment + map_size, segment->map_size - map_size);
-        smi_gauge_add(SM_GAUGE_MAPPED, -(int64_t)(segment->map_size - map_size));
-      }
+      smi_mem_unpurged(segment->purged_bytes);
+      if (segment->map_size > map_size) smi_mem_free((uint8_t *)segment + map_size, segment->map_size - map_size, 0);
     }
   }
   if (segment == NULL) {
     segment = os_alloc_or_flush(map_size, align, align == SM_SEGMENT_SIZE ? 0 : offset);
     if (segment == NULL) return smi_enomem();
-    smi_stat_inc(SM_STAT_HUGE_ALLOC);
     segment_protect(segment, map_size);
   }
   segment_init_header(segment, SM_SEGMENT_HUGE, 1, SM_LARGE_PAGE_SHIFT, map_size, 0, mem_zero);
@@ -460,8 +471,8 @@ void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
   page->in_use = 1;
   segment->used = 1;
   segment_map_set(segment, true);
-  smi_gauge_add(SM_GAUGE_HUGE, (int64_t)map_size);
-  smi_gauge_add(SM_GAUGE_HUGE_COUNT, 1);
+  smi_count_add(SM_COUNT_HUGE, (int64_t)map_size);
+  smi_count_add(SM_COUNT_HUGE_BLOCKS, 1);
   if (zero && !mem_zero) memset(smi_page_start(page), 0, size);
   return smi_page_start(page);
 }
@@ -475,7 +486,7 @@ void *smi_huge_remap(sm_segment_t *segment, size_t newsize) {
   if (map_size < newsize || newsize > SM_MAX_ALLOC_SIZE) return NULL;
   size_t old_size = segment->map_size;
   segment_map_set(segment, false);
-  sm_segment_t *moved = smi_os_remap_aligned(segment, old_size, map_size, SM_SEGMENT_SIZE);
+  sm_segment_t *moved = smi_mem_remap(segment, old_size, map_size, SM_SEGMENT_SIZE);
   if (moved == NULL) {
     segment_map_set(segment, true);
     return NULL;
@@ -487,15 +498,14 @@ void *smi_huge_remap(sm_segment_t *segment, size_t newsize) {
   smi_page_set_start(page, (uint8_t *)moved + offset);
   page->block_size = map_size - offset;
   segment_map_set(moved, true);
-  smi_gauge_add(SM_GAUGE_MAPPED, (int64_t)(map_size - old_size));
-  smi_gauge_add(SM_GAUGE_HUGE, (int64_t)(map_size - old_size));
+  smi_count_add(SM_COUNT_HUGE, (int64_t)map_size - (int64_t)old_size);
   return smi_page_start(page);
 }
 
 void smi_huge_free(sm_segment_t *segment) {
   segment->pages[0].in_use = 0; /* a second free of it is then seen as invalid */
-  smi_gauge_add(SM_GAUGE_HUGE, -(int64_t)segment->map_size);
-  smi_gauge_add(SM_GAUGE_HUGE_COUNT, -1);
+  smi_count_add(SM_COUNT_HUGE, -(int64_t)segment->map_size);
+  smi_count_add(SM_COUNT_HUGE_BLOCKS, -1);
   if ((uint8_t *)segment == segment->map_start) segment_cache_release(segment, smi_os_now_ms());
   else segment_os_free(segment);
 }
@@ -577,7 +587,7 @@ void smi_segments_abandon(sm_heap_t *heap) {
         else first = segment;
         last = segment;
         count++;
-        smi_stat_inc(SM_STAT_SEGMENT_ABANDON);
+        smi_count_add(SM_COUNT_ABANDONED, 1);
       }
       page = next;
     }
@@ -601,6 +611,7 @@ void smi_segments_abandon(sm_heap_t *heap) {
 static void segment_reclaim(sm_segment_t *segment, sm_heap_t *heap) {
   sm_tld_t *tld = heap->tld;
   smi_stat_inc(SM_STAT_SEGMENT_RECLAIM);
+  smi_count_add(SM_COUNT_ABANDONED, -1);
   atomic_store_explicit(&segment->thread_id, heap->thread_id, memory_order_release);
   tld->segment_count++;
   for (size_t i = 0; i < segment->page_count; i++) {
@@ -658,19 +669,21 @@ void smi_segments_visit_abandoned(size_t max) {
     if ((n & 15) == 15 && smi_os_now_ms() > deadline) return;
     sm_segment_t *segment = abandoned_pop();
     if (segment == NULL) return;
-    bool decommit = smi_option(SM_OPT_PURGE_DECOMMITS) != 0;
     for (size_t i = 0; i < segment->page_count; i++) {
       sm_page_t *page = &segment->pages[i];
       if (!page->in_use) continue;
       smi_page_collect(page);
       if (page->used != 0) continue;
+      smi_stats_page_discard(page);
       page->in_use = 0;
       page->free = page->local_free = NULL;
-      page->mem_is_zero = smi_os_purge(smi_page_start(page), page_area(segment, page), decommit);
-      smi_stat_inc(SM_STAT_PAGE_PURGE);
+      page_purge(segment, page);
+      smi_count_add(SM_COUNT_PAGES, -1);
       segment->used--;
     }
     if (segment->used == 0) {
+      smi_count_add(SM_COUNT_ABANDONED, -1);
+      smi_count_add(SM_COUNT_SEGMENTS, -1);
       segment_cache_release(segment, smi_os_now_ms());
       continue;
     }

@@ -112,6 +112,7 @@ typedef struct sm_page_s {
   _Atomic(uintptr_t) thread_free; /* frees by other threads: block pointer | sm_delay_t */
   size_t block_size;
   uint32_t capacity; /* blocks carved out so far (free lists are built lazily) */
+  uint32_t stat_handed; /* stats: blocks put on `free` whose allocation is not counted yet */
   uint32_t reserved; /* blocks that fit the page */
   _Atomic(struct sm_heap_s *) heap; /* owner heap; NULL while abandoned */
   uintptr_t start_;     /* first block: use smi_page_start (hidden from valgrind's leak scan) */
@@ -120,6 +121,7 @@ typedef struct sm_page_s {
   uint8_t in_use;       /* handed out by its segment */
   uint8_t mem_is_zero;  /* the page's memory is known zero (fresh or purged) */
   uint8_t purge_pending;
+  uint8_t is_purged;    /* the page's memory was given back and not used since (stats) */
   uint8_t bin;
 #if SM_SECURE
   uintptr_t keys[2]; /* free-list pointer encoding */
@@ -139,6 +141,7 @@ typedef struct sm_segment_s {
   uint8_t kind;
   uint8_t in_free_queue; /* in the tld queue of segments with an unused page */
   uint8_t purged;        /* cached segment whose memory was given back (reads as zero) */
+  size_t purged_bytes;   /* bytes of it given back and not used since (stats: committed) */
   size_t page_shift;    /* page index = (p - segment) >> page_shift */
   size_t page_count;    /* pages in this segment */
   size_t used;          /* pages in use */
@@ -183,6 +186,7 @@ typedef struct sm_heap_s {
   uint64_t random;
   struct sm_heap_s *pool_next;
   bool full_have_free;        /* the purger left free blocks in full pages: owner, have a look */
+  int64_t stat_delta[8];      /* block statistics not yet added to the process totals (stats.c) */
 #if SM_SECURE
   void *quarantine[SM_QUARANTINE_MAX]; /* freed blocks waiting before their real free (FIFO ring) */
   size_t quarantine_head, quarantine_count;

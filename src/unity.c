@@ -5,6 +5,7 @@
 #include "options.c"
 #include "stats.c"
 #include "sizeclass.c"
+#include "arena.c"
 #include "segment.c"
 #include "page.c"
 #include "heap.c"
