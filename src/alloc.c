@@ -21,7 +21,7 @@ static inline void *heap_malloc_zero(sm_heap_t *heap, size_t size) {
       bool is_zero = page->free_is_zero;
       smi_page_pop(page, block);
       if (is_zero) block->next = NULL;
-      else memset(block, 0, size);
+      else memset(block, 0, page->block_size); /* the whole block: rezalloc relies on it */
       return block;
     }
   }
@@ -43,7 +43,6 @@ static size_t usable_raw(const void *p) {
  * from the requested end to the block end (so free finds the canary without any table). The debug
  * build also fills the slack between them (SM_FILL_SLACK), new memory (SM_FILL_FRESH) and freed
  * memory (SM_FILL_FREED), and checks at reuse that freed memory was not written. */
-#define SM_PADDING 8
 #define SM_FILL_FRESH 0xD0
 #define SM_FILL_FREED 0xDF
 #define SM_FILL_SLACK 0xDB
@@ -58,6 +57,13 @@ static size_t padding_requested(const void *p, size_t usable) {
   memcpy(&delta, (const uint8_t *)p + usable - 4, 4);
   smi_track_noaccess((const uint8_t *)p + usable - 4, 4);
   return delta >= SM_PADDING && delta <= usable ? usable - delta : usable;
+}
+
+/* the canary right after the requested bytes, the distance to the block end in its last 4 bytes */
+static void padding_write(uint8_t *b, size_t size, size_t usable) {
+  uint32_t canary = canary_of(b), delta = (uint32_t)(usable - size);
+  memcpy(b + size, &canary, 4);
+  memcpy(b + usable - 4, &delta, 4);
 }
 
 static void *padding_finish(void *p, size_t size, bool zero) {
@@ -95,9 +101,7 @@ static void *padding_finish(void *p, size_t size, bool zero) {
 #endif
     smi_track_noaccess(b - lead, lead);
   }
-  uint32_t canary = canary_of(p), delta = (uint32_t)(usable - size);
-  memcpy(b + size, &canary, 4);
-  memcpy(b + usable - 4, &delta, 4);
+  padding_write(b, size, usable);
   smi_track_malloc(b, size, zero);
   smi_track_noaccess(b + size, usable - size); /* the padding is not the program's */
 #if SM_DEBUG
@@ -145,13 +149,41 @@ size_t smi_usable_size(const void *p) {
   size_t usable = usable_raw(p);
   return padding_requested(p, usable);
 }
+
+/* the block's requested size changes in place: move the padding */
+void *sm_expand(void *p, size_t newsize) {
+  if (p == NULL) return NULL;
+  uint8_t *b = p;
+  size_t usable = usable_raw(p), size = padding_requested(p, usable);
+  (void)size; /* only the memory checkers need it */
+  if (newsize > SM_MAX_ALLOC_SIZE || newsize + SM_PADDING > usable) return NULL;
+  smi_track_undefined(b + size, usable - size);
+#if SM_DEBUG
+  memset(b + newsize + 4, SM_FILL_SLACK, usable - newsize - SM_PADDING);
+#endif
+  padding_write(b, newsize, usable);
+  smi_track_resize(b, size, newsize);
+  smi_track_noaccess(b + newsize, usable - newsize);
+  return p;
+}
 #else
 #define padded(size) (size)
 #define padding_finish(p, size, zero) (p)
 size_t smi_usable_size(const void *p) { return p == NULL ? 0 : usable_raw(p); }
+void *sm_expand(void *p, size_t newsize) { return p != NULL && newsize <= usable_raw(p) ? p : NULL; }
 #endif
 
 size_t sm_usable_size(const void *p) { return smi_usable_size(p); }
+
+/* ---- allocation in a given heap ----
+ * heap_alloc/heap_alloc_aligned serve a heap the calling thread may use without a lock: its own
+ * (the owner's) or a locked part whose lock the caller holds. heap_part_for_caller picks that
+ * part; any_* wrap them with the lock when needed. */
+
+static inline void *heap_alloc(sm_heap_t *heap, size_t size, bool zero) {
+  if (SM_CHECK_FREES || !zero) return padding_finish(smi_heap_malloc(heap, padded(size)), size, zero);
+  return heap_malloc_zero(heap, size);
+}
 
 void *sm_malloc(size_t size) { return padding_finish(smi_heap_malloc(smi_tls_heap, padded(size)), size, false); }
 
@@ -161,10 +193,8 @@ void *sm_malloc_small(size_t size) {
   return smi_heap_malloc_small(smi_tls_heap, size);
 }
 
-void *sm_zalloc(size_t size) {
-  if (SM_CHECK_FREES) return padding_finish(smi_heap_malloc(smi_tls_heap, padded(size)), size, true);
-  return heap_malloc_zero(smi_tls_heap, size);
-}
+void *sm_zalloc(size_t size) { return heap_alloc(smi_tls_heap, size, true); }
+void *sm_zalloc_small(size_t size) { return sm_zalloc(size); }
 
 void *sm_calloc(size_t count, size_t size) {
   size_t total;
@@ -176,42 +206,6 @@ void *sm_mallocn(size_t count, size_t size) {
   size_t total;
   if (sm_unlikely(__builtin_mul_overflow(count, size, &total))) return smi_enomem();
   return sm_malloc(total);
-}
-
-/* realloc as glibc: NULL -> malloc; size 0 -> free and return NULL; failure leaves p intact.
- * A block that still fits and is at most halved stays where it is. */
-void *smi_realloc(void *p, size_t newsize, bool free_on_fail) {
-  if (p == NULL) return sm_malloc(newsize);
-  if (newsize == 0) {
-    sm_free(p);
-    return NULL;
-  }
-  size_t usable = smi_usable_size(p);
-  if (!SM_CHECK_FREES && newsize <= usable && newsize >= usable / 2) return p; /* else the padding moves */
-  if (!SM_CHECK_FREES && newsize > usable && newsize > SM_LARGE_OBJ_MAX) {
-    sm_segment_t *segment = smi_ptr_segment(p);
-    if (segment->kind == SM_SEGMENT_HUGE && p == smi_page_start(&segment->pages[0])) {
-      void *q = smi_huge_remap(segment, newsize); /* a huge block grows by moving pages, not bytes */
-      if (q != NULL) return q;
-    }
-  }
-  void *q = sm_malloc(newsize);
-  if (sm_unlikely(q == NULL)) {
-    if (free_on_fail) sm_free(p);
-    return NULL;
-  }
-  memcpy(q, p, usable < newsize ? usable : newsize);
-  sm_free(p);
-  return q;
-}
-
-void *sm_realloc(void *p, size_t newsize) { return smi_realloc(p, newsize, false); }
-void *sm_reallocf(void *p, size_t newsize) { return smi_realloc(p, newsize, true); }
-
-void *sm_reallocn(void *p, size_t count, size_t size) {
-  size_t total;
-  if (sm_unlikely(__builtin_mul_overflow(count, size, &total))) return smi_enomem();
-  return smi_realloc(p, total, false);
 }
 
 /* ---- aligned allocation ---- */
@@ -227,8 +221,13 @@ static void *malloc_aligned_raw(sm_heap_t *heap, size_t size, size_t alignment, 
     if (smi_bin_size(smi_bin_of(s)) % alignment == 0) return zero ? heap_malloc_zero(heap, s) : smi_heap_malloc(heap, s);
   }
   if (offset == 0 && (alignment > SM_MEDIUM_OBJ_MAX || size + alignment > SM_LARGE_OBJ_MAX)) {
-    if (sm_unlikely(heap == &smi_heap_empty) && smi_thread_init() == NULL) return smi_enomem();
-    return smi_huge_alloc(size, alignment, zero);
+    if (sm_unlikely(heap == &smi_heap_empty) && (heap = smi_thread_init()) == NULL) return smi_enomem();
+    /* a heap's list of huge blocks changes under its lock (a locked part's caller holds it) */
+    bool lock = heap->kind != SM_HEAP_THREAD && !heap->locked_access;
+    if (lock) smi_heap_lock(heap);
+    void *p = smi_huge_alloc(heap, size, alignment, zero);
+    if (lock) smi_heap_unlock(heap);
+    return p;
   }
   /* otherwise: pad, and hand out an aligned pointer inside the block */
   size_t padded = size + alignment - 1;
@@ -247,81 +246,225 @@ void *smi_malloc_aligned(sm_heap_t *heap, size_t size, size_t alignment, size_t 
   return padding_finish(malloc_aligned_raw(heap, padded(size), alignment, offset, zero && !SM_CHECK_FREES), size, zero);
 }
 
-void *sm_malloc_aligned_at(size_t size, size_t alignment, size_t offset) {
+/* The part of `heap` the calling thread allocates from, with `*locked` telling whether the caller
+ * must hold its lock; NULL when a shared part cannot be made (out of memory). */
+static sm_heap_t *heap_part_for_caller(sm_heap_t *heap, bool *locked) {
+  *locked = false;
+  if (sm_likely(__atomic_load_n(&heap->thread_id, __ATOMIC_RELAXED) == smi_tls_tid)) return heap;
+  *locked = true;
+  if (__atomic_load_n(&heap->locked_access, __ATOMIC_ACQUIRE)) return heap;
+  return smi_heap_shared_part(heap);
+}
+
+/* alignment 0: plain */
+static void *any_alloc(sm_heap_t *heap, size_t size, size_t alignment, size_t offset, bool zero) {
+  bool locked;
+  sm_heap_t *part = heap_part_for_caller(heap, &locked);
+  if (sm_unlikely(part == NULL)) return smi_enomem();
+  if (locked) smi_heap_lock(part);
+  void *p = alignment == 0 ? heap_alloc(part, size, zero) : smi_malloc_aligned(part, size, alignment, offset, zero);
+  if (locked) smi_heap_unlock(part);
+  return p;
+}
+
+static void *any_alloc_checked(sm_heap_t *heap, size_t size, size_t alignment, size_t offset, bool zero) {
   if (sm_unlikely(!smi_is_power_of_two(alignment))) {
     errno = EINVAL;
     return NULL;
   }
-  return smi_malloc_aligned(smi_tls_heap, size, alignment, offset, false);
+  return any_alloc(heap, size, alignment, offset, zero);
 }
 
-void *sm_malloc_aligned(size_t size, size_t alignment) { return sm_malloc_aligned_at(size, alignment, 0); }
-
-void *sm_zalloc_aligned(size_t size, size_t alignment) {
-  if (sm_unlikely(!smi_is_power_of_two(alignment))) {
-    errno = EINVAL;
+/* ---- realloc ----
+ * As glibc: NULL -> malloc; size 0 -> free and return NULL; failure leaves p intact (unless
+ * free_on_fail). A block that still fits (and is aligned as asked) and is at most halved stays
+ * where it is. With zero, bytes past the old usable size read as zero (rezalloc). */
+static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignment, size_t offset, bool zero,
+                         bool free_on_fail) {
+  if (p == NULL) return any_alloc(heap, newsize, alignment, offset, zero);
+  if (newsize == 0) {
+    sm_free(p);
     return NULL;
   }
-  return smi_malloc_aligned(smi_tls_heap, size, alignment, 0, true);
-}
-
-void *sm_calloc_aligned(size_t count, size_t size, size_t alignment) {
-  size_t total;
-  if (sm_unlikely(__builtin_mul_overflow(count, size, &total))) return smi_enomem();
-  return sm_zalloc_aligned(total, alignment);
-}
-
-void *sm_realloc_aligned(void *p, size_t newsize, size_t alignment) {
-  if (sm_unlikely(!smi_is_power_of_two(alignment))) {
-    errno = EINVAL;
-    return NULL;
-  }
-  if (p == NULL) return sm_malloc_aligned(newsize, alignment);
   size_t usable = smi_usable_size(p);
-  if (!SM_CHECK_FREES && ((uintptr_t)p & (alignment - 1)) == 0 && newsize <= usable && newsize >= usable / 2) return p;
-  void *q = sm_malloc_aligned(newsize, alignment);
-  if (q == NULL) return NULL;
+  bool aligned = alignment == 0 || (((uintptr_t)p + offset) & (alignment - 1)) == 0;
+  if (!SM_CHECK_FREES && aligned && newsize <= usable && newsize >= usable / 2) return p; /* else the padding moves */
+  if (!SM_CHECK_FREES && alignment == 0 && newsize > usable && newsize > SM_LARGE_OBJ_MAX) {
+    sm_segment_t *segment = smi_ptr_segment(p);
+    if (segment->kind == SM_SEGMENT_HUGE && p == smi_page_start(&segment->pages[0])) {
+      void *q = smi_huge_remap(segment, newsize); /* a huge block grows by moving pages, not bytes */
+      if (q != NULL) {
+        if (zero) memset((uint8_t *)q + usable, 0, smi_usable_size(q) - usable);
+        return q;
+      }
+    }
+  }
+  uint8_t *q = any_alloc(heap, newsize, alignment, offset, false);
+  if (sm_unlikely(q == NULL)) {
+    if (free_on_fail) sm_free(p);
+    return NULL;
+  }
   memcpy(q, p, usable < newsize ? usable : newsize);
+  if (zero && newsize > usable) memset(q + usable, 0, smi_usable_size(q) - usable);
   sm_free(p);
   return q;
 }
 
-/* ---- strings ---- */
-
-char *sm_strdup(const char *s) {
-  if (s == NULL) return NULL;
-  size_t n = strlen(s);
-  char *t = sm_malloc(n + 1);
-  if (t != NULL) memcpy(t, s, n + 1);
-  return t;
+void *smi_realloc(void *p, size_t newsize, bool free_on_fail) {
+  return any_realloc(smi_tls_heap, p, newsize, 0, 0, false, free_on_fail);
 }
 
-char *sm_strndup(const char *s, size_t n) {
+void *sm_realloc(void *p, size_t newsize) { return smi_realloc(p, newsize, false); }
+void *sm_reallocf(void *p, size_t newsize) { return smi_realloc(p, newsize, true); }
+void *sm_rezalloc(void *p, size_t newsize) { return any_realloc(smi_tls_heap, p, newsize, 0, 0, true, false); }
+
+void *sm_reallocn(void *p, size_t count, size_t size) {
+  size_t total;
+  if (sm_unlikely(__builtin_mul_overflow(count, size, &total))) return smi_enomem();
+  return smi_realloc(p, total, false);
+}
+void *sm_recalloc(void *p, size_t count, size_t size) {
+  size_t total;
+  if (sm_unlikely(__builtin_mul_overflow(count, size, &total))) return smi_enomem();
+  return sm_rezalloc(p, total);
+}
+
+static void *any_realloc_aligned(sm_heap_t *heap, void *p, size_t newsize, size_t alignment, size_t offset, bool zero) {
+  if (sm_unlikely(!smi_is_power_of_two(alignment))) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return any_realloc(heap, p, newsize, alignment, offset, zero, false);
+}
+static void *any_recalloc_aligned(sm_heap_t *heap, void *p, size_t count, size_t size, size_t alignment, size_t offset) {
+  size_t total;
+  if (sm_unlikely(__builtin_mul_overflow(count, size, &total))) return smi_enomem();
+  return any_realloc_aligned(heap, p, total, alignment, offset, true);
+}
+
+void *sm_malloc_aligned_at(size_t size, size_t alignment, size_t offset) {
+  return any_alloc_checked(smi_tls_heap, size, alignment, offset, false);
+}
+void *sm_malloc_aligned(size_t size, size_t alignment) { return sm_malloc_aligned_at(size, alignment, 0); }
+void *sm_zalloc_aligned_at(size_t size, size_t alignment, size_t offset) {
+  return any_alloc_checked(smi_tls_heap, size, alignment, offset, true);
+}
+void *sm_zalloc_aligned(size_t size, size_t alignment) { return sm_zalloc_aligned_at(size, alignment, 0); }
+void *sm_calloc_aligned_at(size_t count, size_t size, size_t alignment, size_t offset) {
+  size_t total;
+  if (sm_unlikely(__builtin_mul_overflow(count, size, &total))) return smi_enomem();
+  return sm_zalloc_aligned_at(total, alignment, offset);
+}
+void *sm_calloc_aligned(size_t count, size_t size, size_t alignment) { return sm_calloc_aligned_at(count, size, alignment, 0); }
+void *sm_realloc_aligned_at(void *p, size_t newsize, size_t alignment, size_t offset) {
+  return any_realloc_aligned(smi_tls_heap, p, newsize, alignment, offset, false);
+}
+void *sm_realloc_aligned(void *p, size_t newsize, size_t alignment) { return sm_realloc_aligned_at(p, newsize, alignment, 0); }
+void *sm_rezalloc_aligned_at(void *p, size_t newsize, size_t alignment, size_t offset) {
+  return any_realloc_aligned(smi_tls_heap, p, newsize, alignment, offset, true);
+}
+void *sm_rezalloc_aligned(void *p, size_t newsize, size_t alignment) { return sm_rezalloc_aligned_at(p, newsize, alignment, 0); }
+void *sm_recalloc_aligned_at(void *p, size_t count, size_t size, size_t alignment, size_t offset) {
+  return any_recalloc_aligned(smi_tls_heap, p, count, size, alignment, offset);
+}
+void *sm_recalloc_aligned(void *p, size_t count, size_t size, size_t alignment) {
+  return sm_recalloc_aligned_at(p, count, size, alignment, 0);
+}
+
+/* ---- strings ---- */
+
+static char *any_strndup(sm_heap_t *heap, const char *s, size_t n) {
   if (s == NULL) return NULL;
-  size_t len = strnlen(s, n);
-  char *t = sm_malloc(len + 1);
+  size_t len = n == SIZE_MAX ? strlen(s) : strnlen(s, n);
+  char *t = any_alloc(heap, len + 1, 0, 0, false);
   if (t == NULL) return NULL;
   memcpy(t, s, len);
   t[len] = 0;
   return t;
 }
 
-char *sm_realpath(const char *fname, char *resolved_name) {
+static char *any_realpath(sm_heap_t *heap, const char *fname, char *resolved_name) {
   if (resolved_name != NULL) return realpath(fname, resolved_name);
   char buf[PATH_MAX];
   char *r = realpath(fname, buf);
-  return r == NULL ? NULL : sm_strdup(buf);
+  return r == NULL ? NULL : any_strndup(heap, buf, SIZE_MAX);
+}
+
+char *sm_strdup(const char *s) { return any_strndup(smi_tls_heap, s, SIZE_MAX); }
+char *sm_strndup(const char *s, size_t n) { return any_strndup(smi_tls_heap, s, n); }
+char *sm_realpath(const char *fname, char *resolved_name) { return any_realpath(smi_tls_heap, fname, resolved_name); }
+
+/* ---- the heap API: the same calls in a given heap ---- */
+
+void *sm_heap_malloc(sm_heap_t *heap, size_t size) { return any_alloc(heap, size, 0, 0, false); }
+void *sm_heap_zalloc(sm_heap_t *heap, size_t size) { return any_alloc(heap, size, 0, 0, true); }
+void *sm_heap_malloc_small(sm_heap_t *heap, size_t size) { return any_alloc(heap, size, 0, 0, false); }
+void *sm_heap_calloc(sm_heap_t *heap, size_t count, size_t size) {
+  size_t total;
+  if (sm_unlikely(__builtin_mul_overflow(count, size, &total))) return smi_enomem();
+  return any_alloc(heap, total, 0, 0, true);
+}
+void *sm_heap_mallocn(sm_heap_t *heap, size_t count, size_t size) {
+  size_t total;
+  if (sm_unlikely(__builtin_mul_overflow(count, size, &total))) return smi_enomem();
+  return any_alloc(heap, total, 0, 0, false);
+}
+void *sm_heap_realloc(sm_heap_t *heap, void *p, size_t newsize) { return any_realloc(heap, p, newsize, 0, 0, false, false); }
+void *sm_heap_reallocf(sm_heap_t *heap, void *p, size_t newsize) { return any_realloc(heap, p, newsize, 0, 0, false, true); }
+void *sm_heap_rezalloc(sm_heap_t *heap, void *p, size_t newsize) { return any_realloc(heap, p, newsize, 0, 0, true, false); }
+void *sm_heap_reallocn(sm_heap_t *heap, void *p, size_t count, size_t size) {
+  size_t total;
+  if (sm_unlikely(__builtin_mul_overflow(count, size, &total))) return smi_enomem();
+  return any_realloc(heap, p, total, 0, 0, false, false);
+}
+void *sm_heap_recalloc(sm_heap_t *heap, void *p, size_t count, size_t size) {
+  size_t total;
+  if (sm_unlikely(__builtin_mul_overflow(count, size, &total))) return smi_enomem();
+  return any_realloc(heap, p, total, 0, 0, true, false);
+}
+char *sm_heap_strdup(sm_heap_t *heap, const char *s) { return any_strndup(heap, s, SIZE_MAX); }
+char *sm_heap_strndup(sm_heap_t *heap, const char *s, size_t n) { return any_strndup(heap, s, n); }
+char *sm_heap_realpath(sm_heap_t *heap, const char *fname, char *resolved_name) {
+  return any_realpath(heap, fname, resolved_name);
+}
+
+void *sm_heap_malloc_aligned_at(sm_heap_t *heap, size_t size, size_t alignment, size_t offset) {
+  return any_alloc_checked(heap, size, alignment, offset, false);
+}
+void *sm_heap_malloc_aligned(sm_heap_t *heap, size_t size, size_t alignment) {
+  return any_alloc_checked(heap, size, alignment, 0, false);
+}
+void *sm_heap_zalloc_aligned_at(sm_heap_t *heap, size_t size, size_t alignment, size_t offset) {
+  return any_alloc_checked(heap, size, alignment, offset, true);
+}
+void *sm_heap_zalloc_aligned(sm_heap_t *heap, size_t size, size_t alignment) {
+  return any_alloc_checked(heap, size, alignment, 0, true);
+}
+void *sm_heap_calloc_aligned_at(sm_heap_t *heap, size_t count, size_t size, size_t alignment, size_t offset) {
+  size_t total;
+  if (sm_unlikely(__builtin_mul_overflow(count, size, &total))) return smi_enomem();
+  return any_alloc_checked(heap, total, alignment, offset, true);
+}
+void *sm_heap_calloc_aligned(sm_heap_t *heap, size_t count, size_t size, size_t alignment) {
+  return sm_heap_calloc_aligned_at(heap, count, size, alignment, 0);
+}
+void *sm_heap_realloc_aligned_at(sm_heap_t *heap, void *p, size_t newsize, size_t alignment, size_t offset) {
+  return any_realloc_aligned(heap, p, newsize, alignment, offset, false);
+}
+void *sm_heap_realloc_aligned(sm_heap_t *heap, void *p, size_t newsize, size_t alignment) {
+  return any_realloc_aligned(heap, p, newsize, alignment, 0, false);
+}
+void *sm_heap_rezalloc_aligned_at(sm_heap_t *heap, void *p, size_t newsize, size_t alignment, size_t offset) {
+  return any_realloc_aligned(heap, p, newsize, alignment, offset, true);
+}
+void *sm_heap_rezalloc_aligned(sm_heap_t *heap, void *p, size_t newsize, size_t alignment) {
+  return any_realloc_aligned(heap, p, newsize, alignment, 0, true);
+}
+void *sm_heap_recalloc_aligned_at(sm_heap_t *heap, void *p, size_t count, size_t size, size_t alignment, size_t offset) {
+  return any_recalloc_aligned(heap, p, count, size, alignment, offset);
+}
+void *sm_heap_recalloc_aligned(sm_heap_t *heap, void *p, size_t count, size_t size, size_t alignment) {
+  return any_recalloc_aligned(heap, p, count, size, alignment, 0);
 }
 
 int sm_version(void) { return SM_VERSION; }
-
-void sm_collect(bool force) {
-  sm_heap_t *heap = smi_tls_heap;
-  if (heap == &smi_heap_empty) return;
-#if SM_SECURE
-  smi_quarantine_flush(heap);
-#endif
-  smi_heap_lock(heap);
-  smi_heap_collect(heap, force);
-  smi_heap_unlock(heap);
-}

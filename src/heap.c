@@ -111,7 +111,8 @@ void smi_heap_collect_idle(sm_heap_t *heap) {
   smi_segments_purge_expired(heap->tld, false);
 }
 
-/* Collect every page; empty ones go back to their segments. */
+/* Collect every page; empty ones go back to their segments. With force, a thread's heap also
+ * adopts abandoned segments so that empty ones are released. */
 void smi_heap_collect(sm_heap_t *heap, bool force) {
   smi_heap_delayed_free(heap);
   smi_heap_retired_collect(heap, true);
@@ -125,7 +126,7 @@ void smi_heap_collect(sm_heap_t *heap, bool force) {
       page = next;
     }
   }
-  if (force) {
+  if (force && heap->kind == SM_HEAP_THREAD) {
     /* adopt every abandoned segment (a bounded number of rounds), so empty ones are released */
     for (int round = 0; round < 64 && smi_segments_abandoned_any(); round++) {
       smi_segments_reclaim_abandoned(heap, 64, -1);
@@ -156,4 +157,359 @@ void smi_heap_abandon(sm_heap_t *heap) {
     }
   }
   smi_segments_abandon(heap);
+}
+
+/* ---- heaps made with sm_heap_new ---- */
+
+static _Atomic(bool) user_heaps_lock; /* guards the list below: heap creation and deletion, thread exit */
+static sm_heap_t *user_heaps;
+
+static void user_heaps_acquire(void) { smi_spin_lock(&user_heaps_lock); }
+static void user_heaps_release(void) { smi_spin_unlock(&user_heaps_lock); }
+
+/* the calling thread's own heap, set up on first use */
+static sm_heap_t *heap_backing(void) {
+  sm_heap_t *heap = smi_tls_backing;
+  return heap != NULL ? heap : smi_thread_init();
+}
+
+/* a heap part with segments of its own (a tld), owned by `owner_id` */
+static sm_heap_t *heap_part_new(sm_heap_kind_t kind, uintptr_t owner_id) {
+  sm_thread_data_t *td = smi_thread_data_alloc();
+  if (td == NULL) return NULL;
+  bool fresh = td->heap.tld == NULL;
+  if (!fresh) smi_heap_lock(&td->heap); /* the purger may be looking at a pooled heap */
+  memset(&td->tld, 0, sizeof td->tld);
+  smi_heap_init(&td->heap, &td->tld, owner_id);
+  td->heap.kind = (uint8_t)kind;
+  td->heap.locked_access = kind == SM_HEAP_SHARED;
+  if (fresh) smi_heaps_register(&td->heap);
+  else smi_heap_unlock(&td->heap);
+  return &td->heap;
+}
+
+/* the part (lock held by the caller) is empty: back to the pool */
+static void heap_part_release(sm_heap_t *part) {
+  sm_assert(part->tld->segment_count == 0 && part->page_count == 0);
+  part->thread_id = 0; /* dead: the purger skips it */
+  smi_heap_unlock(part);
+  smi_thread_data_free((sm_thread_data_t *)part);
+}
+
+sm_heap_t *smi_heap_shared_part(sm_heap_t *heap) {
+  sm_heap_t *shared = __atomic_load_n(&heap->shared, __ATOMIC_ACQUIRE);
+  if (sm_likely(shared != NULL)) return shared;
+  smi_heap_lock(heap);
+  shared = heap->shared;
+  if (shared == NULL) {
+    shared = heap_part_new(SM_HEAP_SHARED, smi_new_owner_id());
+    if (shared != NULL) {
+      shared->parent = heap;
+      __atomic_store_n(&heap->shared, shared, __ATOMIC_RELEASE);
+    }
+  }
+  smi_heap_unlock(heap);
+  return shared;
+}
+
+sm_heap_t *sm_heap_new(void) {
+  if (heap_backing() == NULL) return smi_enomem();
+  sm_heap_t *heap = heap_part_new(SM_HEAP_USER, smi_tls_tid);
+  if (heap == NULL) return smi_enomem();
+  user_heaps_acquire();
+  heap->user_prev = NULL;
+  heap->user_next = user_heaps;
+  if (user_heaps != NULL) user_heaps->user_prev = heap;
+  user_heaps = heap;
+  user_heaps_release();
+  smi_count_add(SM_COUNT_HEAPS, 1);
+  return heap;
+}
+
+static void user_heaps_remove(sm_heap_t *heap) {
+  user_heaps_acquire();
+  if (heap->user_prev != NULL) heap->user_prev->user_next = heap->user_next;
+  else user_heaps = heap->user_next;
+  if (heap->user_next != NULL) heap->user_next->user_prev = heap->user_prev;
+  user_heaps_release();
+  smi_count_add(SM_COUNT_HEAPS, -1);
+}
+
+/* Thread exit: heaps the thread made stay valid; from now on every allocation from them takes
+ * their lock (their segments still carry the ended thread's id, so all frees are remote). */
+void smi_heaps_disown(uintptr_t thread_id) {
+  user_heaps_acquire();
+  for (sm_heap_t *heap = user_heaps; heap != NULL; heap = heap->user_next) {
+    if (heap->locked_access || heap->thread_id != thread_id) continue;
+    smi_heap_lock(heap);
+    __atomic_store_n(&heap->thread_id, smi_new_owner_id(), __ATOMIC_RELAXED);
+    __atomic_store_n(&heap->locked_access, true, __ATOMIC_RELEASE);
+    smi_heap_unlock(heap);
+  }
+  user_heaps_release();
+}
+
+static bool heap_is_user(sm_heap_t *heap, const char *what) {
+  if (heap != NULL && heap->kind == SM_HEAP_USER) return true;
+  if (heap != NULL) smi_warning("%s: %p is a thread's own heap, not one from sm_heap_new; ignored", what, (void *)heap);
+  return false;
+}
+
+/* every page of the part (lock held), in queue order */
+#define heap_for_each_page(h, page, next)                                         \
+  for (size_t bin_ = 0; bin_ <= SM_BIN_FULL; bin_++)                              \
+    for (sm_page_t *page = (h)->pages[bin_].first, *next = page ? page->next : NULL; page != NULL; \
+         page = next, next = page ? page->next : NULL)
+
+/* Free every block of the part at once: its pages go back to their segments without looking at
+ * a single block, its huge blocks back to the OS. */
+static void heap_part_destroy(sm_heap_t *part) {
+  atomic_store_explicit(&part->thread_delayed_free, NULL, memory_order_relaxed);
+  heap_for_each_page(part, page, next) {
+    smi_stats_page_discard(page);
+    page->used = 0;
+    page->free = page->local_free = NULL;
+    atomic_store_explicit(&page->thread_free, 0, memory_order_relaxed);
+    atomic_store_explicit(&page->heap, NULL, memory_order_release);
+    smi_segment_page_free(page, part->tld);
+  }
+  for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) part->pages[bin].first = part->pages[bin].last = NULL;
+  part->page_count = 0;
+  smi_stats_heap_flush(part);
+  for (sm_segment_t *segment = part->huge_first, *next; segment != NULL; segment = next) {
+    next = segment->next;
+    atomic_store_explicit(&segment->pages[0].heap, NULL, memory_order_relaxed); /* its list goes with it */
+    smi_huge_free(segment);
+  }
+  part->huge_first = NULL;
+  smi_segments_purge_expired(part->tld, true);
+}
+
+void sm_heap_destroy(sm_heap_t *heap) {
+  if (!heap_is_user(heap, "sm_heap_destroy")) return;
+  if (smi_tls_heap == heap) smi_tls_heap = smi_tls_backing;
+  user_heaps_remove(heap);
+  sm_heap_t *shared = heap->shared;
+  if (shared != NULL) {
+    smi_heap_lock(shared);
+    heap_part_destroy(shared);
+    heap_part_release(shared);
+  }
+  smi_heap_lock(heap);
+  heap_part_destroy(heap);
+  heap_part_release(heap);
+}
+
+/* Move everything of `part` (lock held) into `into` (the caller's own heap, lock held): pages,
+ * segments (re-tagged to their new owner when the part was locked), pending purges. */
+static void heap_part_absorb(sm_heap_t *into, sm_heap_t *part) {
+  /* no remote free may be telling the part about a full page while its pages change heap */
+  heap_for_each_page(part, page, next) smi_page_set_delay(page, SM_DELAY_NEVER, false);
+  smi_heap_delayed_free(part);
+  smi_stats_heap_flush(part);
+  sm_tld_t *tld = into->tld, *from = part->tld;
+  heap_for_each_page(part, page, next) {
+    sm_segment_t *segment = smi_page_segment(page);
+    if (atomic_load_explicit(&segment->thread_id, memory_order_relaxed) != into->thread_id)
+      atomic_store_explicit(&segment->thread_id, into->thread_id, memory_order_release);
+    bool full = page->flags.x.in_full;
+    page->next = page->prev = NULL;
+    page->retire_ticks = 0;
+    atomic_store_explicit(&page->heap, into, memory_order_release);
+    if (full) {
+      sm_page_queue_t *pq = &into->pages[SM_BIN_FULL];
+      page->prev = pq->last;
+      if (pq->last != NULL) pq->last->next = page;
+      else pq->first = page;
+      pq->last = page;
+      into->page_count++;
+    } else {
+      smi_page_queue_push(into, page, page->bin);
+    }
+    smi_page_set_delay(page, full ? SM_DELAY_USE : SM_DELAY_NONE, true);
+  }
+  for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) part->pages[bin].first = part->pages[bin].last = NULL;
+  part->page_count = 0;
+  smi_segments_absorb(tld, from, into->thread_id);
+  for (sm_segment_t *segment = part->huge_first, *next; segment != NULL; segment = next) {
+    next = segment->next; /* a thread's heap does not track its huge blocks */
+    atomic_store_explicit(&segment->pages[0].heap, NULL, memory_order_relaxed);
+  }
+  part->huge_first = NULL;
+}
+
+void sm_heap_delete(sm_heap_t *heap) {
+  if (!heap_is_user(heap, "sm_heap_delete")) return;
+  sm_heap_t *into = heap_backing();
+  if (into == NULL) return;
+  if (!__atomic_load_n(&heap->locked_access, __ATOMIC_ACQUIRE) && heap->thread_id != smi_tls_tid) {
+    /* its owner frees into its pages without a lock: only the owner may hand them over */
+    smi_warning("sm_heap_delete: heap %p belongs to another running thread; not deleted", (void *)heap);
+    errno = EINVAL;
+    return;
+  }
+  if (smi_tls_heap == heap) smi_tls_heap = into;
+  user_heaps_remove(heap);
+  smi_heap_lock(into);
+  sm_heap_t *shared = heap->shared;
+  if (shared != NULL) {
+    smi_heap_lock(shared);
+    heap_part_absorb(into, shared);
+    heap_part_release(shared);
+  }
+  smi_heap_lock(heap);
+  heap_part_absorb(into, heap);
+  heap_part_release(heap);
+  smi_heap_delayed_free(into); /* frees that raced with the move */
+  smi_heap_unlock(into);
+}
+
+sm_heap_t *sm_heap_set_default(sm_heap_t *heap) {
+  sm_heap_t *old = sm_heap_get_default();
+  if (heap == NULL || old == NULL) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (heap->thread_id != smi_tls_tid || heap->locked_access) { /* the malloc fast path takes no lock */
+    smi_warning("sm_heap_set_default: heap %p is not owned by this thread; unchanged", (void *)heap);
+    errno = EINVAL;
+    return NULL;
+  }
+  smi_tls_heap = heap;
+  return old;
+}
+
+sm_heap_t *sm_heap_get_default(void) {
+  if (heap_backing() == NULL) return NULL;
+  return smi_tls_heap;
+}
+
+sm_heap_t *sm_heap_get_backing(void) { return heap_backing(); }
+
+/* collect a part the caller may touch: its own, or a locked one */
+static void heap_part_collect(sm_heap_t *part, bool force) {
+  if (part->locked_access || part->thread_id == smi_tls_tid) {
+    smi_heap_lock(part);
+    smi_heap_collect(part, force);
+    smi_stats_heap_sync(part);
+    smi_heap_unlock(part);
+  }
+}
+
+void sm_heap_collect(sm_heap_t *heap, bool force) {
+  if (heap == NULL) return;
+  smi_deferred_free(heap, force);
+#if SM_SECURE
+  if (heap->thread_id == smi_tls_tid) smi_quarantine_flush(heap);
+#endif
+  heap_part_collect(heap, force);
+  sm_heap_t *shared = __atomic_load_n(&heap->shared, __ATOMIC_ACQUIRE);
+  if (shared != NULL) heap_part_collect(shared, force);
+}
+
+/* the calling thread's heaps: its own and those it made */
+void sm_collect(bool force) {
+  sm_heap_t *backing = smi_tls_backing;
+  if (backing == NULL) return;
+  sm_heap_collect(backing, force);
+  user_heaps_acquire();
+  for (sm_heap_t *heap = user_heaps; heap != NULL; heap = heap->user_next) {
+    if (heap->thread_id == smi_tls_tid) heap_part_collect(heap, force);
+  }
+  user_heaps_release();
+}
+
+/* ---- introspection ---- */
+
+static bool page_of_heap(const sm_heap_t *heap, const sm_page_t *page) {
+  const sm_heap_t *owner = smi_page_heap(page);
+  return owner != NULL && (owner == heap || (owner->kind == SM_HEAP_SHARED && owner->parent == heap));
+}
+
+bool sm_heap_contains_block(sm_heap_t *heap, const void *p) {
+  if (heap == NULL || p == NULL || !sm_check_owned(p)) return false;
+  const sm_segment_t *segment = smi_segment_containing(p);
+  const sm_page_t *page = segment->kind == SM_SEGMENT_HUGE ? &segment->pages[0] : smi_segment_page_of(segment, p);
+  return page->in_use && page_of_heap(heap, page);
+}
+
+bool sm_heap_check_owned(sm_heap_t *heap, const void *p) { return sm_heap_contains_block(heap, p); }
+
+bool sm_is_in_heap_region(const void *p) { return sm_check_owned(p); }
+
+static bool visit_area(const sm_heap_t *heap, sm_page_t *page, bool all, sm_block_visit_fun *visitor, void *arg) {
+  size_t bsize = page->block_size;
+  sm_heap_area_t area = {
+      .blocks = smi_page_start(page),
+      .reserved = (size_t)page->reserved * bsize,
+      .committed = (size_t)page->capacity * bsize,
+      .used = page->used,
+      .block_size = bsize - SM_PADDING, /* padded builds keep SM_PADDING bytes of every block */
+      .full_block_size = bsize,
+  };
+  if (!visitor(heap, &area, NULL, area.block_size, arg)) return false;
+  if (!all || page->used == 0) return true;
+  if (page->capacity == 1) return visitor(heap, &area, area.blocks, area.block_size, arg);
+  /* live = carved and on no free list */
+  uint64_t free_map[SM_SMALL_PAGE_SIZE / 8 / 64] = {0};
+  sm_block_t *lists[2] = {page->free, page->local_free};
+  for (int l = 0; l < 2; l++) {
+    uint32_t n = 0;
+    for (sm_block_t *b = lists[l]; b != NULL && n++ <= page->capacity; b = smi_block_next(page, b)) {
+      size_t idx = (size_t)((uint8_t *)b - smi_page_start(page)) / bsize;
+      if (idx < page->capacity) free_map[idx / 64] |= (uint64_t)1 << (idx % 64);
+    }
+  }
+  for (size_t i = 0; i < page->capacity; i++) {
+    if (free_map[i / 64] & ((uint64_t)1 << (i % 64))) continue;
+    if (!visitor(heap, &area, smi_page_start(page) + i * bsize, area.block_size, arg)) return false;
+  }
+  return true;
+}
+_Static_assert(SM_SMALL_PAGE_SIZE / 8 >= SM_MEDIUM_PAGE_SIZE / SM_SMALL_OBJ_MAX &&
+                   SM_SMALL_PAGE_SIZE / 8 >= SM_SEGMENT_SIZE / SM_MEDIUM_OBJ_MAX,
+               "the free map has a bit for every block of any page");
+
+static bool heap_part_visit(const sm_heap_t *heap, sm_heap_t *part, bool all, sm_block_visit_fun *visitor, void *arg) {
+  bool locked = part->locked_access || part->thread_id == smi_tls_tid;
+  if (locked) smi_heap_lock(part);
+  bool go = true;
+  if (locked) smi_heap_delayed_free(part); /* blocks other threads freed are free, not live */
+  heap_for_each_page(part, page, next) {
+    if (locked) smi_page_collect_remote(page);
+    if (go) go = visit_area(heap, page, all, visitor, arg);
+  }
+  for (sm_segment_t *segment = part->huge_first; go && segment != NULL; segment = segment->next)
+    go = visit_area(heap, &segment->pages[0], all, visitor, arg);
+  if (locked) smi_heap_unlock(part);
+  return go;
+}
+
+bool sm_heap_visit_blocks(const sm_heap_t *heap, bool visit_all_blocks, sm_block_visit_fun *visitor, void *arg) {
+  if (heap == NULL || visitor == NULL) return false;
+  sm_heap_t *h = (sm_heap_t *)heap;
+  if (!heap_part_visit(heap, h, visit_all_blocks, visitor, arg)) return false;
+  sm_heap_t *shared = __atomic_load_n(&h->shared, __ATOMIC_ACQUIRE);
+  return shared == NULL || heap_part_visit(heap, shared, visit_all_blocks, visitor, arg);
+}
+
+/* ---- deferred free: a runtime's hook, called from slow paths with no lock held ---- */
+
+static sm_deferred_free_fun *_Atomic deferred_fun;
+static void *_Atomic deferred_arg;
+static SM_TLS bool deferred_running; /* the hook may allocate: no recursion */
+static SM_TLS unsigned long long deferred_heartbeat;
+
+void sm_register_deferred_free(sm_deferred_free_fun *fun, void *arg) {
+  atomic_store(&deferred_arg, arg);
+  atomic_store(&deferred_fun, fun);
+}
+
+void smi_deferred_free(sm_heap_t *heap, bool force) {
+  sm_deferred_free_fun *fun = atomic_load_explicit(&deferred_fun, memory_order_acquire);
+  if (sm_likely(fun == NULL) || deferred_running) return;
+  deferred_running = true;
+  (void)heap;
+  fun(force, ++deferred_heartbeat, atomic_load_explicit(&deferred_arg, memory_order_relaxed));
+  deferred_running = false;
 }

@@ -13,6 +13,7 @@
 
 SM_TLS sm_heap_t *smi_tls_heap = &smi_heap_empty;
 SM_TLS uintptr_t smi_tls_tid = 1;
+SM_TLS sm_heap_t *smi_tls_backing;
 
 sm_page_t smi_page_empty;
 sm_heap_t smi_heap_empty = {
@@ -82,12 +83,8 @@ __attribute__((constructor)) static void process_constructor(void) {
 static _Atomic(bool) pool_lock;
 static sm_heap_t *pool_first; /* guarded by pool_lock; heaps linked through pool_next */
 
-static void pool_acquire(void) {
-  for (unsigned spins = 0; atomic_exchange_explicit(&pool_lock, true, memory_order_acquire); spins++) {
-    if (spins > 64) sched_yield();
-  }
-}
-static void pool_release(void) { atomic_store_explicit(&pool_lock, false, memory_order_release); }
+static void pool_acquire(void) { smi_spin_lock(&pool_lock); }
+static void pool_release(void) { smi_spin_unlock(&pool_lock); }
 
 /* fork child: a lock held by a thread that does not exist in the child is released; both locks
  * guard only a pointer swap or two, so their lists are intact either way */
@@ -97,7 +94,9 @@ static void fork_child(void) {
   atomic_store_explicit(&pool_lock, false, memory_order_relaxed);
 }
 
-static sm_thread_data_t *thread_data_alloc(void) {
+uintptr_t smi_new_owner_id(void) { return atomic_fetch_add_explicit(&next_thread_id, 1, memory_order_relaxed); }
+
+sm_thread_data_t *smi_thread_data_alloc(void) {
   bool expected = false;
   if (atomic_compare_exchange_strong(&thread_data_main_taken, &expected, true)) return &thread_data_main;
   pool_acquire();
@@ -110,7 +109,7 @@ static sm_thread_data_t *thread_data_alloc(void) {
 }
 
 /* kept for the next thread rather than unmapped: thread churn stays cheap */
-static void thread_data_free(sm_thread_data_t *td) {
+void smi_thread_data_free(sm_thread_data_t *td) {
   if (td == &thread_data_main) {
     atomic_store(&thread_data_main_taken, false);
     return;
@@ -128,17 +127,18 @@ _Static_assert(offsetof(sm_thread_data_t, heap) == 0, "pool links thread data th
 sm_heap_t *smi_thread_init(void) {
   if (smi_tls_heap != &smi_heap_empty) return smi_tls_heap;
   smi_process_init();
-  sm_thread_data_t *td = thread_data_alloc();
+  sm_thread_data_t *td = smi_thread_data_alloc();
   if (td == NULL) return NULL;
   /* the purger may look at a pooled heap at any time: set it up under the heap's lock */
   bool fresh = td->heap.tld == NULL;
   if (!fresh) smi_heap_lock(&td->heap);
   memset(&td->tld, 0, sizeof td->tld);
-  uintptr_t tid = atomic_fetch_add_explicit(&next_thread_id, 1, memory_order_relaxed);
+  uintptr_t tid = smi_new_owner_id();
   smi_heap_init(&td->heap, &td->tld, tid);
   if (fresh) smi_heaps_register(&td->heap);
   else smi_heap_unlock(&td->heap);
   smi_tls_heap = &td->heap;
+  smi_tls_backing = &td->heap;
   smi_tls_tid = tid;
   smi_count_add(SM_COUNT_THREADS, 1);
   /* from here on this thread can allocate, so the calls below may re-enter malloc */
@@ -151,7 +151,9 @@ sm_heap_t *smi_thread_init(void) {
 /* pthread key destructor: the thread is ending */
 static void thread_done(void *value) {
   sm_thread_data_t *td = value;
-  if (td == NULL || smi_tls_heap != &td->heap) return;
+  if (td == NULL || smi_tls_backing != &td->heap) return;
+  smi_heaps_disown(td->heap.thread_id); /* heaps it made outlive it */
+  smi_tls_heap = &td->heap;
   smi_count_add(SM_COUNT_THREADS, -1);
 #if SM_SECURE
   smi_quarantine_flush(&td->heap);
@@ -162,6 +164,35 @@ static void thread_done(void *value) {
   smi_heap_unlock(&td->heap);
   if (atomic_fetch_sub(&live_heaps, 1) - 1 <= 1 && smi_option(sm_option_background_purge) != 2) smi_purger_stop();
   smi_tls_heap = &smi_heap_empty;
+  smi_tls_backing = NULL;
   smi_tls_tid = 1;
-  thread_data_free(td);
+  smi_thread_data_free(td);
 }
+
+/* ---- explicit lifecycle (all of it also happens on its own) ---- */
+
+void sm_process_init(void) {
+  smi_process_init();
+  smi_thread_init();
+}
+
+void sm_thread_init(void) { smi_thread_init(); }
+
+/* the thread is done allocating: give its heap up now (a later allocation starts a fresh one) */
+void sm_thread_done(void) {
+  sm_heap_t *heap = smi_tls_backing;
+  if (heap == NULL) return;
+  pthread_setspecific(thread_key, NULL);
+  thread_done((sm_thread_data_t *)heap);
+}
+
+/* Process end (also run as a destructor): with destroy_on_exit, give back every piece of memory
+ * that holds no live block (the calling thread's empty pages, abandoned segments, the cache). Live
+ * blocks stay mapped: later destructors of other libraries may still use or free them. */
+void sm_process_done(void) {
+  static _Atomic(bool) done;
+  if (atomic_exchange(&done, true)) return;
+  if (smi_option(sm_option_destroy_on_exit)) sm_collect(true);
+}
+
+__attribute__((destructor)) static void process_destructor(void) { sm_process_done(); }

@@ -36,7 +36,11 @@ extern SM_TLS uintptr_t smi_tls_tid;    /* this thread's id (1 before init; ids 
 extern sm_heap_t smi_heap_empty;        /* an all-empty heap: every lookup misses into the slow path */
 extern sm_page_t smi_page_empty;
 extern uintptr_t smi_process_secret;
+extern SM_TLS sm_heap_t *smi_tls_backing; /* this thread's own heap (NULL before init) */
 sm_heap_t *smi_thread_init(void);       /* returns the new heap, or NULL when out of memory */
+sm_thread_data_t *smi_thread_data_alloc(void); /* heap + tld, from the pool (heaps made by sm_heap_new too) */
+void smi_thread_data_free(sm_thread_data_t *td);
+uintptr_t smi_new_owner_id(void);       /* an id no thread has: for locked heap parts */
 void smi_process_init(void);
 
 /* ---- options.c ---- */
@@ -180,7 +184,7 @@ void smi_mem_unpurged(size_t size);
 /* ---- segment.c ---- */
 sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size);
 void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld);
-void *smi_huge_alloc(size_t size, size_t alignment, bool zero);
+void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero);
 void smi_huge_free(sm_segment_t *segment);
 void *smi_huge_remap(sm_segment_t *segment, size_t newsize);
 void smi_segments_abandon(sm_heap_t *heap);
@@ -194,6 +198,8 @@ void smi_segment_cache_flush(void);
 void smi_segment_cache_purge_all(void);
 bool smi_segment_cache_pending(void);
 bool smi_segment_is_registered(const sm_segment_t *segment);
+const sm_segment_t *smi_segment_containing(const void *p); /* NULL if p is in no segment */
+void smi_segments_absorb(sm_tld_t *tld, sm_tld_t *from, uintptr_t thread_id);
 void smi_abandoned_lock_reset(void);
 
 /* ---- page.c ---- */
@@ -217,6 +223,9 @@ void smi_heap_abandon(sm_heap_t *heap);
 void smi_heap_retired_collect(sm_heap_t *heap, bool force);
 void smi_heap_collect_idle(sm_heap_t *heap);
 void smi_heap_unfull_flagged(sm_heap_t *heap);
+sm_heap_t *smi_heap_shared_part(sm_heap_t *heap); /* NULL when out of memory */
+void smi_heaps_disown(uintptr_t thread_id);     /* thread exit: its heaps are served with the lock from now on */
+void smi_deferred_free(sm_heap_t *heap, bool force);
 
 /* ---- purge.c: the background purger ---- */
 void smi_heaps_register(sm_heap_t *heap);
@@ -227,14 +236,18 @@ bool smi_purger_running(void);
 void smi_purger_fork_prepare(void);
 void smi_purger_fork_parent(void);
 void smi_purger_fork_child(void);
-void smi_heap_lock_slow(sm_heap_t *heap);
-static inline void smi_heap_lock(sm_heap_t *heap) {
-  if (sm_unlikely(atomic_exchange_explicit(&heap->lock, true, memory_order_acquire))) smi_heap_lock_slow(heap);
+/* the allocator's few locks are flags held for a handful of instructions (or one bounded
+ * collection): spin a little, then yield */
+void smi_spin_lock_slow(_Atomic(bool) *lock);
+static inline void smi_spin_lock(_Atomic(bool) *lock) {
+  if (sm_unlikely(atomic_exchange_explicit(lock, true, memory_order_acquire))) smi_spin_lock_slow(lock);
 }
+static inline void smi_spin_unlock(_Atomic(bool) *lock) { atomic_store_explicit(lock, false, memory_order_release); }
+static inline void smi_heap_lock(sm_heap_t *heap) { smi_spin_lock(&heap->lock); }
 static inline bool smi_heap_trylock(sm_heap_t *heap) {
   return !atomic_exchange_explicit(&heap->lock, true, memory_order_acquire);
 }
-static inline void smi_heap_unlock(sm_heap_t *heap) { atomic_store_explicit(&heap->lock, false, memory_order_release); }
+static inline void smi_heap_unlock(sm_heap_t *heap) { smi_spin_unlock(&heap->lock); }
 
 /* ---- free.c ---- */
 void smi_free_block_local(sm_page_t *page, sm_block_t *block);

@@ -387,9 +387,10 @@ static sm_page_t *page_queue_find_free(sm_heap_t *heap, size_t bin) {
 static void *page_pop_zero(sm_page_t *page, size_t size, bool zero) {
   bool is_zero = page->free_is_zero;
   void *p = smi_page_pop(page, page->free);
-  if (zero) {
+  (void)size;
+  if (zero) { /* the whole block: rezalloc relies on it */
     if (is_zero) ((sm_block_t *)p)->next = NULL;
-    else memset(p, 0, size);
+    else memset(p, 0, page->block_size);
   }
   return p;
 }
@@ -401,7 +402,7 @@ static void *malloc_generic_locked(sm_heap_t *heap, size_t size, size_t bin, boo
   if (heap->full_have_free) smi_heap_unfull_flagged(heap);
   if (calls >= heap->retired_next) smi_heap_retired_collect(heap, false); /* a kept page has expired */
   if (heap->tld->purge_first != NULL || smi_segment_cache_pending()) smi_segments_purge_expired(heap->tld, false);
-  if (sm_unlikely(size > SM_LARGE_OBJ_MAX)) return smi_huge_alloc(size, 0, zero);
+  if (sm_unlikely(size > SM_LARGE_OBJ_MAX)) return smi_huge_alloc(heap, size, 0, zero);
   sm_page_t *page = page_queue_find_free(heap, bin);
   if (sm_unlikely(page == NULL)) return smi_enomem();
   return page_pop_zero(page, size, zero);
@@ -419,6 +420,8 @@ void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero) {
    * state that the purger never touches, so no lock) */
   sm_page_t *page = size <= SM_LARGE_OBJ_MAX ? heap->pages[bin].first : NULL;
   if (page != NULL && page->free != NULL) return page_pop_zero(page, size, zero);
+  if (heap->locked_access) return malloc_generic_locked(heap, size, bin, zero); /* the caller holds the lock */
+  smi_deferred_free(heap, false);
   smi_heap_lock(heap);
   void *p = malloc_generic_locked(heap, size, bin, zero);
   smi_heap_unlock(heap);

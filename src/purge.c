@@ -30,8 +30,8 @@ static pthread_cond_t purger_wake = PTHREAD_COND_INITIALIZER;
 static bool purger_stop; /* guarded by purger_mutex */
 static _Atomic(sm_heap_t *) heaps_all; /* every heap, linked by all_next; append-only */
 
-void smi_heap_lock_slow(sm_heap_t *heap) {
-  for (unsigned spins = 0; atomic_exchange_explicit(&heap->lock, true, memory_order_acquire); spins++) {
+void smi_spin_lock_slow(_Atomic(bool) *lock) {
+  for (unsigned spins = 0; atomic_exchange_explicit(lock, true, memory_order_acquire); spins++) {
     if (spins > 64) sched_yield();
   }
 }

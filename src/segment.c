@@ -13,7 +13,6 @@
  * No lock is held across a system call: the only lock guards the abandoned list's two pointers. */
 #include "internal.h"
 
-#include <sched.h>
 
 /* ---- segment map: which SEGMENT_SIZE chunks start a segment (for validity checks) ---- */
 #define SM_MAP_CHUNKS ((size_t)1 << (47 - SM_SEGMENT_SHIFT))
@@ -35,7 +34,7 @@ bool smi_segment_is_registered(const sm_segment_t *segment) {
 }
 
 /* The segment containing p, also for interior pointers of huge blocks (walks the map back). */
-static const sm_segment_t *segment_containing(const void *p) {
+const sm_segment_t *smi_segment_containing(const void *p) {
   const sm_segment_t *seg = smi_ptr_segment(p);
   for (size_t steps = 0; steps < 4096 && (uintptr_t)seg >= SM_SEGMENT_SIZE; steps++) {
     if (smi_segment_is_registered(seg)) return (uintptr_t)p < (uintptr_t)seg + seg->size ? seg : NULL;
@@ -46,7 +45,7 @@ static const sm_segment_t *segment_containing(const void *p) {
 
 bool sm_check_owned(const void *p) {
   if (p == NULL) return false;
-  const sm_segment_t *seg = segment_containing(p);
+  const sm_segment_t *seg = smi_segment_containing(p);
   return seg != NULL && (const uint8_t *)p >= smi_page_start(&seg->pages[0]);
 }
 
@@ -367,8 +366,9 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size) {
   sm_segment_queue_t *q = kind == SM_SEGMENT_SMALL ? &tld->small_free : kind == SM_SEGMENT_MEDIUM ? &tld->medium_free : NULL;
   sm_segment_t *segment = q != NULL ? q->first : NULL;
   if (segment == NULL) {
-    /* before mapping more memory, adopt segments of threads that have ended */
-    if (smi_segments_reclaim_abandoned(heap, 8, kind) && q != NULL) segment = q->first;
+    /* before mapping more memory, adopt segments of threads that have ended (a thread's heap
+     * only: their live blocks must never become part of a heap that may be destroyed) */
+    if (heap->kind == SM_HEAP_THREAD && smi_segments_reclaim_abandoned(heap, 8, kind) && q != NULL) segment = q->first;
     if (segment == NULL) segment = segment_alloc(heap, kind);
     if (segment == NULL) return NULL;
   }
@@ -429,7 +429,7 @@ void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld) {
 
 /* ---- huge blocks: one mapping each, owned by no thread, freed by whoever frees the block ---- */
 
-void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
+void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) {
   if (size > SM_MAX_ALLOC_SIZE) return smi_enomem();
   size_t header = SM_HUGE_HEADER_SIZE, offset, align;
   if (alignment <= SM_OS_PAGE_SIZE) { /* the header size is a multiple of the OS page */
@@ -473,14 +473,24 @@ void *smi_huge_alloc(size_t size, size_t alignment, bool zero) {
   segment_map_set(segment, true);
   smi_count_add(SM_COUNT_HUGE, (int64_t)map_size);
   smi_count_add(SM_COUNT_HUGE_BLOCKS, 1);
-  if (zero && !mem_zero) memset(smi_page_start(page), 0, size);
+  if (zero && !mem_zero) memset(smi_page_start(page), 0, page->block_size); /* all of it: rezalloc relies on it */
+  (void)size;
+  if (heap->kind != SM_HEAP_THREAD) { /* heaps made by sm_heap_new know their huge blocks (destroy, visit) */
+    atomic_store_explicit(&page->heap, heap, memory_order_relaxed);
+    segment->prev = NULL;
+    segment->next = heap->huge_first;
+    if (heap->huge_first != NULL) heap->huge_first->prev = segment;
+    heap->huge_first = segment;
+  }
   return smi_page_start(page);
 }
 
 /* Grow a huge block by moving its pages (no copy). Only for plain huge segments in builds without
  * guard pages. Returns the block's new address, or NULL (block untouched). */
 void *smi_huge_remap(sm_segment_t *segment, size_t newsize) {
-  if (SM_GUARD_SIZE != 0 || segment->kind != SM_SEGMENT_HUGE || (uint8_t *)segment != segment->map_start) return NULL;
+  if (SM_GUARD_SIZE != 0 || segment->kind != SM_SEGMENT_HUGE || (uint8_t *)segment != segment->map_start ||
+      smi_page_heap(&segment->pages[0]) != NULL) /* a heap's list points at it: copy instead */
+    return NULL;
   size_t offset = (size_t)(smi_page_start(&segment->pages[0]) - (uint8_t *)segment);
   size_t map_size = smi_align_up(offset + newsize, SM_SEGMENT_SIZE);
   if (map_size < newsize || newsize > SM_MAX_ALLOC_SIZE) return NULL;
@@ -503,6 +513,15 @@ void *smi_huge_remap(sm_segment_t *segment, size_t newsize) {
 }
 
 void smi_huge_free(sm_segment_t *segment) {
+  sm_heap_t *heap = smi_page_heap(&segment->pages[0]);
+  if (heap != NULL) { /* off its heap's list (the lock: another thread may be freeing one too) */
+    smi_heap_lock(heap);
+    if (segment->prev != NULL) segment->prev->next = segment->next;
+    else heap->huge_first = segment->next;
+    if (segment->next != NULL) segment->next->prev = segment->prev;
+    atomic_store_explicit(&segment->pages[0].heap, NULL, memory_order_relaxed);
+    smi_heap_unlock(heap);
+  }
   segment->pages[0].in_use = 0; /* a second free of it is then seen as invalid */
   smi_count_add(SM_COUNT_HUGE, -(int64_t)segment->map_size);
   smi_count_add(SM_COUNT_HUGE_BLOCKS, -1);
@@ -553,9 +572,7 @@ void smi_segments_note_abandoned_free(void) {
 /* append the list first..last (count segments, linked by abandoned_next) */
 static void abandoned_push(sm_segment_t *first, sm_segment_t *last, size_t count) {
   last->abandoned_next = NULL;
-  for (unsigned spins = 0; !abandoned_trylock(); spins++) {
-    if (spins > 64) sched_yield();
-  }
+  smi_spin_lock(&abandoned_lock);
   if (abandoned_last != NULL) abandoned_last->abandoned_next = first;
   else abandoned_first = first;
   abandoned_last = last;
@@ -606,6 +623,39 @@ void smi_segments_abandon(sm_heap_t *heap) {
     segment_free(s, tld);
   }
   if (first != NULL) abandoned_push(first, last, count);
+}
+
+/* sm_heap_delete: the segments, free queues and pending purges of `from` join `tld` (both locked
+ * by the caller), owned by thread_id from now on. */
+static void segment_queue_absorb(sm_segment_queue_t *into, sm_segment_queue_t *from, uintptr_t thread_id) {
+  sm_segment_t *s;
+  while ((s = from->first) != NULL) {
+    segment_queue_remove(from, s);
+    atomic_store_explicit(&s->thread_id, thread_id, memory_order_release);
+    segment_queue_push(into, s);
+  }
+}
+
+void smi_segments_absorb(sm_tld_t *tld, sm_tld_t *from, uintptr_t thread_id) {
+  segment_queue_absorb(&tld->small_free, &from->small_free, thread_id);
+  segment_queue_absorb(&tld->medium_free, &from->medium_free, thread_id);
+  /* merge the purge lists, keeping them ordered by deadline */
+  sm_page_t *a = tld->purge_first, *b = from->purge_first, *head = NULL, *tail = NULL;
+  while (a != NULL || b != NULL) {
+    sm_page_t **pick = (b == NULL || (a != NULL && a->purge_at <= b->purge_at)) ? &a : &b;
+    sm_page_t *page = *pick;
+    *pick = page->next;
+    page->prev = tail;
+    page->next = NULL;
+    if (tail != NULL) tail->next = page;
+    else head = page;
+    tail = page;
+  }
+  tld->purge_first = head;
+  tld->purge_last = tail;
+  from->purge_first = from->purge_last = NULL;
+  tld->segment_count += from->segment_count;
+  from->segment_count = 0;
 }
 
 static void segment_reclaim(sm_segment_t *segment, sm_heap_t *heap) {

@@ -14,6 +14,7 @@
 #include <valgrind/memcheck.h>
 #define smi_track_malloc(p, size, zero) VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, zero)
 #define smi_track_free(p, size) VALGRIND_FREELIKE_BLOCK(p, 0)
+#define smi_track_resize(p, oldsize, newsize) VALGRIND_RESIZEINPLACE_BLOCK(p, oldsize, newsize, 0)
 #define smi_track_undefined(p, size) VALGRIND_MAKE_MEM_UNDEFINED(p, size)
 #define smi_track_defined(p, size) VALGRIND_MAKE_MEM_DEFINED(p, size)
 #define smi_track_noaccess(p, size) VALGRIND_MAKE_MEM_NOACCESS(p, size)
@@ -22,12 +23,14 @@ void __asan_poison_memory_region(void const volatile *addr, size_t size);
 void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
 #define smi_track_malloc(p, size, zero) __asan_unpoison_memory_region(p, size)
 #define smi_track_free(p, size) __asan_poison_memory_region(p, size)
+#define smi_track_resize(p, oldsize, newsize) __asan_unpoison_memory_region(p, newsize)
 #define smi_track_undefined(p, size) __asan_unpoison_memory_region(p, size)
 #define smi_track_defined(p, size) __asan_unpoison_memory_region(p, size)
 #define smi_track_noaccess(p, size) __asan_poison_memory_region(p, size)
 #else
 #define smi_track_malloc(p, size, zero) ((void)0)
 #define smi_track_free(p, size) ((void)0)
+#define smi_track_resize(p, oldsize, newsize) ((void)0)
 #define smi_track_undefined(p, size) ((void)0)
 #define smi_track_defined(p, size) ((void)0)
 #define smi_track_noaccess(p, size) ((void)0)

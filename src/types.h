@@ -33,6 +33,8 @@
 #endif
 /* validate every pointer passed to free, and pad blocks to record their requested size */
 #define SM_CHECK_FREES (SM_SECURE || SM_DEBUG || SM_VALGRIND || SM_ASAN)
+/* bytes every block carries past the requested size in those builds (canary + size record) */
+#define SM_PADDING (SM_CHECK_FREES ? 8 : 0)
 
 #define SM_KiB ((size_t)1024)
 #define SM_MiB (SM_KiB * SM_KiB)
@@ -173,7 +175,16 @@ typedef struct sm_tld_s {
   uint64_t now_ms;                /* last clock reading */
 } sm_tld_t;
 
-/* ---- heaps: one per thread ---- */
+/* ---- heaps: one per thread (its backing heap), plus those made with sm_heap_new ----
+ * A heap owns its pages; a heap made with sm_heap_new also has segments of its own (its own tld),
+ * so it can be destroyed, or outlive its creator, without touching any other heap.
+ * Allocation without a lock is for the heap's owner thread only (thread_id == the caller's id).
+ * Any other thread allocates from `shared`, a second part of the heap (made on first use) that
+ * every allocation locks; a heap whose creator has ended is itself served that way
+ * (locked_access). Segments of locked parts carry an id that no thread has, so all their frees
+ * take the remote path. */
+typedef enum { SM_HEAP_THREAD, SM_HEAP_USER, SM_HEAP_SHARED } sm_heap_kind_t;
+
 typedef struct sm_heap_s {
   sm_page_t *pages_direct[SM_DIRECT_COUNT]; /* small size -> page with (maybe) free blocks */
   sm_page_queue_t pages[SM_BIN_FULL + 1];   /* per size class, plus the full queue */
@@ -185,6 +196,12 @@ typedef struct sm_heap_s {
   size_t retired_next;             /* slow_calls value at which the first retired page expires */
   uint64_t random;
   struct sm_heap_s *pool_next;
+  uint8_t kind;               /* sm_heap_kind_t */
+  bool locked_access;         /* every allocation takes `lock` (shared parts, heaps whose creator ended) */
+  struct sm_heap_s *shared;   /* user heaps: the part other threads allocate from (or NULL) */
+  struct sm_heap_s *parent;   /* shared parts: their heap */
+  struct sm_heap_s *user_next, *user_prev; /* user heaps: list of all of them (init.c) */
+  struct sm_segment_s *huge_first; /* user heaps: their huge blocks (linked by segment next/prev) */
   bool full_have_free;        /* the purger left free blocks in full pages: owner, have a look */
   int64_t stat_delta[8];      /* block statistics not yet added to the process totals (stats.c) */
 #if SM_SECURE

@@ -1,0 +1,371 @@
+/* test-heap: first-class heaps (docs/api/heaps.md).
+ * new/destroy frees everything at once (RSS and stats drop), delete keeps blocks usable in the
+ * backing heap, set_default routes malloc, allocation from other threads (the locked part), a heap
+ * outliving its creator, contains/check_owned, visitors that see exactly the live blocks, every
+ * sm_heap_ allocation call, and the deferred-free hook. */
+#include "sm-test.h"
+
+#include <pthread.h>
+#include <shardmalloc.h>
+#include <stdbool.h>
+
+static size_t stats_current(const char *row) { /* "current" of a row from the JSON statistics */
+  char *json = sm_stats_get_json(0, NULL);
+  if (json == NULL) return (size_t)-1;
+  char key[64];
+  snprintf(key, sizeof key, "\"%s\"", row);
+  const char *at = strstr(json, key);
+  size_t v = (size_t)-1;
+  if (at != NULL && (at = strstr(at, "\"current\"")) != NULL) v = strtoull(strchr(at, ':') + 1, NULL, 10);
+  sm_free(json);
+  return v;
+}
+
+typedef struct {
+  size_t areas, blocks, bytes;
+  void *seen[4096];
+  size_t nseen;
+} visit_t;
+
+static bool count_visitor(const sm_heap_t *heap, const sm_heap_area_t *area, void *block, size_t size, void *arg) {
+  (void)heap;
+  visit_t *v = arg;
+  if (block == NULL) {
+    v->areas++;
+    return true;
+  }
+  v->blocks++;
+  v->bytes += size;
+  if (size != area->block_size) return false;
+  if (v->nseen < 4096) v->seen[v->nseen++] = block;
+  return true;
+}
+
+static bool seen_in(const visit_t *v, const void *p) {
+  for (size_t i = 0; i < v->nseen; i++)
+    if (v->seen[i] == p) return true;
+  return false;
+}
+
+typedef struct {
+  sm_heap_t *heap;
+  void *blocks[1000];
+  int ok;
+} foreign_t;
+
+static void *foreign_alloc(void *arg) { /* another thread allocates from the heap (its locked part) */
+  foreign_t *f = arg;
+  f->ok = 1;
+  for (int i = 0; i < 1000; i++) {
+    f->blocks[i] = sm_heap_malloc(f->heap, 16 + (size_t)(i % 50) * 24);
+    if (f->blocks[i] == NULL) f->ok = 0;
+    else memset(f->blocks[i], 0x5A, 16);
+    if (!sm_heap_contains_block(f->heap, f->blocks[i])) f->ok = 0;
+  }
+  return NULL;
+}
+
+static void *foreign_free(void *arg) {
+  foreign_t *f = arg;
+  for (int i = 0; i < 1000; i++) sm_free(f->blocks[i]);
+  return NULL;
+}
+
+static sm_heap_t *orphan_heap;
+static void *orphan_blocks[100];
+static void *make_orphan(void *arg) { /* a heap whose creator ends while its blocks live on */
+  (void)arg;
+  orphan_heap = sm_heap_new();
+  for (int i = 0; i < 100; i++) {
+    orphan_blocks[i] = sm_heap_malloc(orphan_heap, 100);
+    if (orphan_blocks[i] != NULL) fill_pattern(orphan_blocks[i], 100, (uint64_t)i);
+  }
+  return NULL;
+}
+
+static unsigned long long deferred_calls, deferred_last;
+static int deferred_force_seen;
+static void deferred(bool force, unsigned long long heartbeat, void *arg) {
+  (void)arg;
+  deferred_calls++;
+  if (heartbeat <= deferred_last) deferred_calls = 1ull << 40; /* not monotonic: poison */
+  deferred_last = heartbeat;
+  if (force) deferred_force_seen = 1;
+  void *p = sm_malloc(32); /* the hook may allocate (no recursion into it) */
+  sm_free(p);
+}
+
+int main(void) {
+  sm_test_name = "test-heap";
+
+  SECTION("new, allocate, destroy: everything goes at once") {
+    sm_collect(true);
+    sm_stats_merge();
+    size_t normal0 = stats_current("normal"), rss0 = rss_bytes();
+    sm_heap_t *heap = sm_heap_new();
+    CHECK_NONNULL(heap);
+    enum { N = 200000 };
+    static void *blocks[N];
+    for (int i = 0; i < N; i++) {
+      blocks[i] = sm_heap_malloc(heap, 16 + (size_t)(i % 64) * 16); /* ~100 MiB of small blocks */
+      if (blocks[i] != NULL) memset(blocks[i], 1, 16);
+    }
+    void *huge = sm_heap_malloc(heap, 8 * MiB);
+    CHECK_NONNULL(huge);
+    memset(huge, 2, 8 * MiB);
+    for (int i = 0; i < N; i += 997) CHECK(sm_heap_contains_block(heap, blocks[i]), "block %d in its heap", i);
+    CHECK(sm_heap_contains_block(heap, huge), "the huge block is in its heap");
+    CHECK(sm_heap_contains_block(heap, (char *)huge + 4 * MiB), "an interior pointer of the huge block too");
+    CHECK(!sm_heap_contains_block(sm_heap_get_default(), blocks[0]), "not in the default heap");
+    sm_stats_merge();
+    size_t normal_peak = stats_current("normal"), rss_peak = rss_bytes();
+    CHECK(normal_peak >= normal0 + 50 * MiB, "stats: normal grew by > 50 MiB, seen %zu -> %zu", normal0, normal_peak);
+    sm_heap_destroy(heap);
+    sm_collect(true);
+    size_t normal1 = stats_current("normal"), rss1 = rss_bytes();
+    printf("  normal bytes %zu -> %zu -> %zu; RSS %zu -> %zu -> %zu MiB\n", normal0, normal_peak, normal1, rss0 / MiB,
+           rss_peak / MiB, rss1 / MiB);
+    CHECK(normal1 <= normal0 + MiB, "stats: normal back to %zu, seen %zu", normal0, normal1);
+    CHECK(rss1 < rss0 + (rss_peak - rss0) / 10, "RSS fell below 10%% of the growth: %zu MiB (start %zu, peak %zu)",
+          rss1 / MiB, rss0 / MiB, rss_peak / MiB);
+  }
+
+  SECTION("delete: blocks stay valid in the backing heap") {
+    sm_heap_t *heap = sm_heap_new();
+    CHECK_NONNULL(heap);
+    void *b[500];
+    for (int i = 0; i < 500; i++) {
+      b[i] = sm_heap_malloc(heap, (size_t)(i * 37 % 3000) + 1);
+      fill_pattern(b[i], (size_t)(i * 37 % 3000) + 1, (uint64_t)i);
+    }
+    void *big = sm_heap_malloc(heap, 300 * KiB), *huge = sm_heap_malloc(heap, 5 * MiB);
+    fill_pattern(big, 300 * KiB, 7);
+    fill_pattern(huge, 5 * MiB, 8);
+    sm_heap_delete(heap);
+    sm_heap_t *backing = sm_heap_get_backing();
+    for (int i = 0; i < 500; i++) {
+      CHECK_PATTERN(b[i], (size_t)(i * 37 % 3000) + 1, (uint64_t)i);
+      CHECK(sm_heap_contains_block(backing, b[i]), "block %d moved to the backing heap", i);
+    }
+    CHECK_PATTERN(big, 300 * KiB, 7);
+    CHECK_PATTERN(huge, 5 * MiB, 8);
+    for (int i = 0; i < 500; i += 2) sm_free(b[i]);
+    void *more[100]; /* the backing heap allocates on, freely mixed with the moved pages */
+    for (int i = 0; i < 100; i++) CHECK_NONNULL(more[i] = sm_malloc((size_t)(i * 37 % 3000) + 1));
+    for (int i = 1; i < 500; i += 2) sm_free(b[i]);
+    for (int i = 0; i < 100; i++) sm_free(more[i]);
+    sm_free(big);
+    sm_free(huge);
+  }
+
+  SECTION("set_default routes malloc; get_default/get_backing") {
+    sm_heap_t *backing = sm_heap_get_backing(), *heap = sm_heap_new();
+    CHECK(sm_heap_get_default() == backing, "default is the backing heap");
+    sm_heap_t *old = sm_heap_set_default(heap);
+    CHECK(old == backing, "set_default returns the previous heap");
+    CHECK(sm_heap_get_default() == heap, "get_default sees it");
+    void *p = xmalloc(100), *q = sm_malloc(200), *r = sm_calloc(10, 10);
+    CHECK(sm_heap_contains_block(heap, p) && sm_heap_contains_block(heap, q) && sm_heap_contains_block(heap, r),
+          "malloc, sm_malloc and calloc allocate from the default heap");
+    xfree(p);
+    sm_free(q);
+    sm_free(r);
+    CHECK(sm_heap_set_default(NULL) == NULL && errno == EINVAL, "NULL is refused with EINVAL");
+    CHECK(sm_heap_set_default(backing) == heap, "back to the backing heap");
+    sm_heap_set_default(heap);
+    sm_heap_destroy(heap); /* destroying the default heap makes the backing heap the default again */
+    CHECK(sm_heap_get_default() == backing, "destroyed default falls back to the backing heap");
+    void *s = xmalloc(10);
+    CHECK(sm_heap_contains_block(backing, s), "malloc works after that");
+    xfree(s);
+  }
+
+  SECTION("other threads allocate from a heap; frees from anywhere") {
+    sm_heap_t *heap = sm_heap_new();
+    foreign_t f[3];
+    pthread_t t[3];
+    for (int k = 0; k < 3; k++) {
+      f[k].heap = heap;
+      pthread_create(&t[k], NULL, foreign_alloc, &f[k]);
+    }
+    void *mine[1000]; /* the owner allocates at the same time, without a lock */
+    for (int i = 0; i < 1000; i++) mine[i] = sm_heap_malloc(heap, 16 + (size_t)(i % 50) * 24);
+    for (int k = 0; k < 3; k++) pthread_join(t[k], NULL);
+    for (int k = 0; k < 3; k++) CHECK(f[k].ok, "thread %d allocated 1000 blocks in the heap", k);
+    visit_t v;
+    memset(&v, 0, sizeof v);
+    CHECK(sm_heap_visit_blocks(heap, true, count_visitor, &v), "visit completes");
+    CHECK_EQ(v.blocks, 4000);
+    for (int k = 0; k < 3; k++) pthread_create(&t[k], NULL, foreign_free, &f[k]); /* remote frees */
+    for (int k = 0; k < 3; k++) pthread_join(t[k], NULL);
+    for (int i = 0; i < 1000; i++) sm_free(mine[i]);
+    memset(&v, 0, sizeof v);
+    sm_heap_visit_blocks(heap, true, count_visitor, &v);
+    CHECK_EQ(v.blocks, 0);
+    sm_heap_delete(heap);
+  }
+
+  SECTION("a heap outlives its creator and stays usable") {
+    pthread_t t;
+    pthread_create(&t, NULL, make_orphan, NULL);
+    pthread_join(t, NULL);
+    CHECK_NONNULL(orphan_heap);
+    for (int i = 0; i < 100; i++) CHECK_PATTERN(orphan_blocks[i], 100, (uint64_t)i);
+    void *p = sm_heap_malloc(orphan_heap, 1000);
+    CHECK(p != NULL && sm_heap_contains_block(orphan_heap, p), "allocation from the orphaned heap");
+    sm_free(p);
+    for (int i = 0; i < 50; i++) sm_free(orphan_blocks[i]);
+    sm_heap_delete(orphan_heap); /* its owner has ended: any thread may delete it */
+    for (int i = 50; i < 100; i++) CHECK_PATTERN(orphan_blocks[i], 100, (uint64_t)i);
+    for (int i = 50; i < 100; i++) sm_free(orphan_blocks[i]);
+  }
+
+  SECTION("visit_blocks sees exactly the live blocks") {
+    sm_heap_t *heap = sm_heap_new();
+    void *b[3000];
+    size_t live_bytes = 0;
+    for (int i = 0; i < 3000; i++) b[i] = sm_heap_malloc(heap, (size_t)(8 + i % 300));
+    void *big = sm_heap_malloc(heap, 200 * KiB), *huge = sm_heap_malloc(heap, 3 * MiB);
+    for (int i = 0; i < 3000; i += 3) {
+      sm_free(b[i]);
+      b[i] = NULL;
+    }
+    visit_t v;
+    memset(&v, 0, sizeof v);
+    CHECK(sm_heap_visit_blocks(heap, true, count_visitor, &v), "visit completes");
+    CHECK_EQ(v.blocks, 2000 + 2);
+    for (size_t k = 0; k < v.nseen; k++) {
+      int known = v.seen[k] == big || v.seen[k] == huge;
+      for (int i = 0; i < 3000 && !known; i++) known = b[i] == v.seen[k];
+      CHECK(known, "visited block %p is one of the live blocks", v.seen[k]);
+    }
+    for (int i = 0; i < 3000; i++) {
+      if (b[i] == NULL) continue;
+      live_bytes += sm_usable_size(b[i]);
+      CHECK(seen_in(&v, b[i]), "live block %d visited", i);
+    }
+    CHECK(seen_in(&v, big) && seen_in(&v, huge), "the large and the huge block are visited");
+    int freed_seen = 0;
+    for (int i = 0; i < 3000; i += 3) freed_seen += seen_in(&v, b[i]) && b[i] != NULL;
+    CHECK_EQ(freed_seen, 0);
+    CHECK(v.areas >= 3, "areas: one per page (seen %zu)", v.areas);
+    visit_t areas_only;
+    memset(&areas_only, 0, sizeof areas_only);
+    sm_heap_visit_blocks(heap, false, count_visitor, &areas_only);
+    CHECK(areas_only.blocks == 0 && areas_only.areas == v.areas, "without visit_all_blocks: areas only");
+    (void)live_bytes;
+    sm_heap_destroy(heap);
+  }
+
+  SECTION("every sm_heap_ allocation call") {
+    sm_heap_t *heap = sm_heap_new();
+    char *p;
+    CHECK((p = sm_heap_zalloc(heap, 100)) && first_nonzero(p, 100) == (size_t)-1, "zalloc zeroes");
+    p = sm_heap_rezalloc(heap, p, 5000);
+    CHECK(p && first_nonzero(p, 5000) == (size_t)-1 && sm_heap_contains_block(heap, p), "rezalloc keeps zeros");
+    sm_free(p);
+    CHECK((p = sm_heap_calloc(heap, 10, 10)) && first_nonzero(p, 100) == (size_t)-1, "calloc zeroes");
+    p = sm_heap_recalloc(heap, p, 100, 10);
+    CHECK(p && first_nonzero(p, 1000) == (size_t)-1, "recalloc zeroes");
+    sm_free(p);
+    errno = 0;
+    CHECK(sm_heap_calloc(heap, SIZE_MAX / 2, 3) == NULL && errno == ENOMEM, "calloc overflow: NULL/ENOMEM");
+    CHECK(sm_heap_mallocn(heap, SIZE_MAX / 2, 3) == NULL && errno == ENOMEM, "mallocn overflow: NULL/ENOMEM");
+    CHECK_NONNULL(p = sm_heap_mallocn(heap, 10, 10));
+    p = sm_heap_reallocn(heap, p, 20, 20);
+    CHECK(p && sm_usable_size(p) >= 400, "reallocn");
+    p = sm_heap_realloc(heap, p, 20);
+    CHECK_NONNULL(p);
+    CHECK(sm_heap_reallocf(heap, p, SIZE_MAX / 2) == NULL, "reallocf failure frees (and returns NULL)");
+    CHECK((p = sm_heap_malloc_small(heap, 64)) && sm_heap_contains_block(heap, p), "malloc_small");
+    sm_free(p);
+    char *s = sm_heap_strdup(heap, "shardmalloc");
+    CHECK(s && strcmp(s, "shardmalloc") == 0 && sm_heap_contains_block(heap, s), "strdup");
+    sm_free(s);
+    s = sm_heap_strndup(heap, "shardmalloc", 5);
+    CHECK(s && strcmp(s, "shard") == 0, "strndup");
+    sm_free(s);
+    s = sm_heap_realpath(heap, "/", NULL);
+    CHECK(s && strcmp(s, "/") == 0 && sm_heap_contains_block(heap, s), "realpath");
+    sm_free(s);
+    size_t aligns[] = {16, 64, 4096, 65536, 1u << 22};
+    for (size_t k = 0; k < sizeof aligns / sizeof *aligns; k++) {
+      size_t a = aligns[k];
+      void *q = sm_heap_malloc_aligned(heap, 100, a);
+      CHECK_ALIGNED(q, a);
+      CHECK(sm_heap_contains_block(heap, q), "aligned %zu in the heap", a);
+      q = sm_heap_realloc_aligned(heap, q, 3000, a);
+      CHECK_ALIGNED(q, a);
+      sm_free(q);
+      q = sm_heap_malloc_aligned_at(heap, 100, a, 8);
+      CHECK_ALIGNED((char *)q + 8, a);
+      q = sm_heap_realloc_aligned_at(heap, q, 200, a, 8);
+      CHECK_ALIGNED((char *)q + 8, a);
+      sm_free(q);
+      q = sm_heap_zalloc_aligned(heap, 300, a);
+      CHECK(q && first_nonzero(q, 300) == (size_t)-1, "zalloc_aligned");
+      CHECK_ALIGNED(q, a);
+      q = sm_heap_rezalloc_aligned(heap, q, 900, a);
+      CHECK(q && first_nonzero(q, 900) == (size_t)-1, "rezalloc_aligned");
+      sm_free(q);
+      q = sm_heap_zalloc_aligned_at(heap, 300, a, 16);
+      CHECK_ALIGNED((char *)q + 16, a);
+      q = sm_heap_rezalloc_aligned_at(heap, q, 600, a, 16);
+      CHECK(q && first_nonzero(q, 600) == (size_t)-1, "rezalloc_aligned_at");
+      sm_free(q);
+      q = sm_heap_calloc_aligned(heap, 10, 30, a);
+      CHECK(q && first_nonzero(q, 300) == (size_t)-1, "calloc_aligned");
+      q = sm_heap_recalloc_aligned(heap, q, 20, 30, a);
+      CHECK(q && first_nonzero(q, 600) == (size_t)-1, "recalloc_aligned");
+      sm_free(q);
+      q = sm_heap_calloc_aligned_at(heap, 10, 30, a, 8);
+      CHECK_ALIGNED((char *)q + 8, a);
+      q = sm_heap_recalloc_aligned_at(heap, q, 20, 30, a, 8);
+      CHECK(q && first_nonzero(q, 600) == (size_t)-1, "recalloc_aligned_at");
+      sm_free(q);
+    }
+    errno = 0;
+    CHECK(sm_heap_malloc_aligned(heap, 10, 3) == NULL && errno == EINVAL, "alignment 3: NULL/EINVAL");
+    sm_heap_collect(heap, true);
+    visit_t v;
+    memset(&v, 0, sizeof v);
+    sm_heap_visit_blocks(heap, true, count_visitor, &v);
+    CHECK_EQ(v.blocks, 0);
+    sm_heap_destroy(heap);
+  }
+
+  SECTION("introspection: check_owned, is_in_heap_region") {
+    sm_heap_t *heap = sm_heap_new();
+    int local = 0;
+    void *p = sm_heap_malloc(heap, 40), *q = sm_malloc(40);
+    CHECK(sm_heap_check_owned(heap, p) && !sm_heap_check_owned(heap, q), "check_owned tells heaps apart");
+    CHECK(sm_check_owned(p) && sm_check_owned(q) && !sm_check_owned(&local), "sm_check_owned");
+    CHECK(sm_is_in_heap_region(p) && !sm_is_in_heap_region(&local) && !sm_is_in_heap_region(NULL), "is_in_heap_region");
+    CHECK(!sm_heap_contains_block(heap, NULL) && !sm_heap_contains_block(NULL, p), "NULL answers false");
+    sm_free(q);
+    sm_heap_destroy(heap);
+  }
+
+  SECTION("deferred free: called from slow paths and collect, heartbeat grows") {
+    sm_register_deferred_free(deferred, NULL);
+    void *b[20000];
+    for (int i = 0; i < 20000; i++) b[i] = sm_malloc(64 + (size_t)(i % 7) * 300);
+    for (int i = 0; i < 20000; i++) sm_free(b[i]);
+    sm_collect(true);
+    sm_register_deferred_free(NULL, NULL);
+    printf("  deferred-free calls: %llu, last heartbeat %llu\n", deferred_calls, deferred_last);
+    CHECK(deferred_calls > 0 && deferred_calls < (1ull << 40), "called, heartbeat monotonic (calls %llu)", deferred_calls);
+    CHECK(deferred_force_seen, "sm_collect(true) passes force");
+  }
+
+  SECTION("misuse gets a clear answer") {
+    sm_heap_destroy(NULL);
+    sm_heap_delete(NULL);
+    sm_heap_destroy(sm_heap_get_backing()); /* refused with a warning: a thread's own heap */
+    void *p = sm_malloc(10);
+    CHECK(p != NULL && sm_heap_contains_block(sm_heap_get_backing(), p), "the backing heap still works");
+    sm_free(p);
+  }
+
+  return sm_test_summary();
+}
