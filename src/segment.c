@@ -326,9 +326,10 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
     segment_map_set(segment, true);
     segment_protect(segment, SM_SEGMENT_SIZE);
     if (smi_option(sm_option_allow_large_os_pages)) smi_os_use_large_pages(segment, SM_SEGMENT_SIZE);
-    /* populate: pay the page faults up front, except for a thread's first segments, so that
-     * short-lived threads stay cheap */
-    if (smi_option(sm_option_populate) && (long)tld->segment_count >= smi_option(sm_option_eager_commit_delay))
+    /* pay the page faults up front: populate for every segment, eager_commit except for a
+     * thread's first eager_commit_delay segments, so that short-lived threads stay cheap */
+    if (smi_option(sm_option_populate) ||
+        (smi_option(sm_option_eager_commit) && (long)tld->segment_count >= smi_option(sm_option_eager_commit_delay)))
       smi_os_populate(segment, SM_SEGMENT_SIZE - SM_GUARD_SIZE);
   }
   size_t count = kind == SM_SEGMENT_SMALL ? SM_SMALL_PAGES_PER_SEGMENT : kind == SM_SEGMENT_MEDIUM ? SM_SEGMENT_SIZE / SM_MEDIUM_PAGE_SIZE : 1;
@@ -462,6 +463,7 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
     segment = os_alloc_or_flush(map_size, align, align == SM_SEGMENT_SIZE ? 0 : offset);
     if (segment == NULL) return smi_enomem();
     segment_protect(segment, map_size);
+    if (smi_option(sm_option_populate)) smi_os_populate(segment, map_size - SM_GUARD_SIZE);
   }
   segment_init_header(segment, SM_SEGMENT_HUGE, 1, SM_LARGE_PAGE_SHIFT, map_size, 0, mem_zero);
   sm_page_t *page = &segment->pages[0];

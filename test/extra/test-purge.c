@@ -443,6 +443,64 @@ static void case_huge_realloc(void) {
   }
 }
 
+/* ---------------------------------------------------------------- prefault
+ * populate / eager_commit: a child allocates 5 segments' worth of medium blocks and then writes
+ * them; with pre-faulting, the writing loop faults no more (the pages were faulted in when the
+ * segments were mapped, by one call per segment). The child reports minor faults of the writing
+ * loop, and of malloc and writing together. */
+#include <sys/resource.h>
+#include <sys/wait.h>
+static long minor_faults(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_minflt;
+}
+static void prefault_child(void) {
+  enum { N = 5 * 4 * 1024 * 1024 / 65536, SIZE = 60000 }; /* medium blocks: malloc touches one OS page of each */
+  static char *blocks[N];
+  long f0 = minor_faults();
+  for (int i = 0; i < N; i++) blocks[i] = malloc(SIZE);
+  long f1 = minor_faults();
+  for (int i = 0; i < N; i++) memset(blocks[i], 1, SIZE);
+  long f2 = minor_faults();
+  printf("%ld %ld\n", f2 - f1, f2 - f0);
+  exit(0);
+}
+static void prefault_run(const char *env, long *touch, long *total) {
+  int fds[2];
+  if (pipe(fds) != 0) exit(2);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    if (env != NULL) putenv((char *)env);
+    execl("/proc/self/exe", "test-purge", "prefault-child", (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  char buf[128] = {0};
+  ssize_t n = read(fds[0], buf, sizeof buf - 1);
+  close(fds[0]);
+  waitpid(pid, NULL, 0);
+  *touch = *total = -1;
+  if (n > 0) sscanf(buf, "%ld %ld", touch, total);
+}
+static void case_prefault(void) {
+  SECTION("populate and eager_commit pay page faults up front") {
+    long touch0, total0, touch1, total1, touch2, total2;
+    prefault_run(NULL, &touch0, &total0);
+    prefault_run("SHARDMALLOC_POPULATE=1", &touch1, &total1);
+    prefault_run("SHARDMALLOC_EAGER_COMMIT=1", &touch2, &total2);
+    printf("  page faults while writing 20 MiB of fresh blocks: default %ld, populate %ld, eager_commit %ld\n",
+           touch0, touch1, touch2);
+    printf("  page faults for malloc + touch: default %ld, populate %ld, eager_commit %ld\n", total0, total1, total2);
+    CHECK(touch0 > 2000, "default: the touch loop faults (seen %ld)", touch0);
+    CHECK(touch1 >= 0 && touch1 < touch0 / 4, "populate: touch faults %ld, expected < 1/4 of %ld", touch1, touch0);
+    CHECK(touch2 >= 0 && touch2 < touch0 / 2, "eager_commit: touch faults %ld, expected < 1/2 of %ld (the first segment is not pre-faulted)",
+          touch2, touch0);
+    CHECK(touch2 > touch1, "eager_commit leaves the thread's first segment lazy (%ld > populate's %ld)", touch2, touch1);
+  }
+}
+
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
@@ -450,6 +508,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *c = argv[1];
+  if (!strcmp(c, "prefault-child")) prefault_child(); /* prints its counts only */
   printf("test-purge %s (options:%s%s%s)\n", c, getenv("SHARDMALLOC_PURGE_DELAY") ? " PURGE_DELAY=" : "",
          getenv("SHARDMALLOC_PURGE_DELAY") ? getenv("SHARDMALLOC_PURGE_DELAY") : "",
          getenv("SHARDMALLOC_PURGE_DECOMMITS") ? " PURGE_DECOMMITS=0" : getenv("SHARDMALLOC_BACKGROUND_PURGE") ? " BACKGROUND_PURGE=0" : "");
@@ -461,6 +520,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "no-background")) case_background(false);
   else if (!strcmp(c, "background")) case_background(true);
   else if (!strcmp(c, "huge-realloc")) case_huge_realloc();
+  else if (!strcmp(c, "prefault")) case_prefault();
   else {
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
