@@ -234,8 +234,10 @@ static void purge_list_remove(sm_tld_t *tld, sm_page_t *page) {
   page->purge_pending = 0;
 }
 
-static void page_purge(sm_segment_t *segment, sm_page_t *page) {
+/* now: the purge time, kept (in purge_at) to notice a page that is reused right after its purge */
+static void page_purge(sm_segment_t *segment, sm_page_t *page, uint64_t now) {
   smi_stat_inc(SM_STAT_PAGE_PURGE);
+  page->purge_at = now;
   size_t area = page_area(segment, page);
   page->mem_is_zero = smi_os_purge(smi_page_start(page), area, smi_option(sm_option_purge_decommits) != 0);
   if (!page->is_purged) {
@@ -245,13 +247,36 @@ static void page_purge(sm_segment_t *segment, sm_page_t *page) {
   }
 }
 
+/* Adaptive purge delay: a purged page that is taken again within one delay means the program
+ * frees and reuses memory in a rhythm slower than the delay, so each purge costs a round of page
+ * faults for nothing. The thread's delay then doubles (up to 8x); a second without such a reuse
+ * halves it again. */
+#define SM_PURGE_SCALE_MAX 8
+#define SM_PURGE_SCALE_DECAY_MS 1000
+
+static uint64_t purge_delay_of(sm_tld_t *tld) {
+  long delay = smi_option(sm_option_purge_delay);
+  return (uint64_t)delay * (tld->purge_scale == 0 ? 1 : tld->purge_scale);
+}
+
+static void purge_note_reuse(sm_tld_t *tld, const sm_page_t *page) {
+  long delay = smi_option(sm_option_purge_delay);
+  if (delay <= 0 || tld->now_ms >= page->purge_at + (uint64_t)delay) return;
+  if (tld->purge_scale < SM_PURGE_SCALE_MAX) tld->purge_scale = tld->purge_scale == 0 ? 2 : tld->purge_scale * 2;
+  tld->purge_scale_at = tld->now_ms;
+}
+
 /* Purge what has waited long enough (everything with force). Bounded by what is pending. */
 void smi_segments_purge_expired(sm_tld_t *tld, bool force) {
   uint64_t now = tld_now(tld);
   sm_page_t *page;
   while ((page = tld->purge_first) != NULL && (force || page->purge_at <= now)) {
     purge_list_remove(tld, page);
-    page_purge(smi_page_segment(page), page);
+    page_purge(smi_page_segment(page), page, now);
+  }
+  if (tld->purge_scale > 1 && now >= tld->purge_scale_at + SM_PURGE_SCALE_DECAY_MS) {
+    tld->purge_scale /= 2;
+    tld->purge_scale_at = now;
   }
   if (smi_segment_cache_pending()) segment_cache_sweep(now, false);
 }
@@ -384,6 +409,7 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size) {
   smi_count_add(SM_COUNT_PAGES, 1);
   page->in_use = 1;
   if (page->is_purged) { /* its memory comes back as it is touched */
+    purge_note_reuse(tld, page);
     page->is_purged = 0;
     size_t area = page_area(segment, page);
     segment->purged_bytes -= area;
@@ -411,15 +437,19 @@ void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld) {
     return;
   }
   long delay = smi_option(sm_option_purge_delay);
-  if (delay == 0) page_purge(segment, page);
+  if (delay == 0) page_purge(segment, page, tld_now(tld));
   else if (delay > 0) {
-    page->purge_at = tld_now(tld) + (uint64_t)delay;
+    page->purge_at = tld_now(tld) + purge_delay_of(tld);
     page->purge_pending = 1;
-    page->next = NULL;
-    page->prev = tld->purge_last;
-    if (tld->purge_last != NULL) tld->purge_last->next = page;
+    /* the list stays in deadline order (the delay varies): insert from the back, usually at it */
+    sm_page_t *after = tld->purge_last;
+    while (after != NULL && after->purge_at > page->purge_at) after = after->prev;
+    page->prev = after;
+    page->next = after != NULL ? after->next : tld->purge_first;
+    if (page->next != NULL) page->next->prev = page;
+    else tld->purge_last = page;
+    if (after != NULL) after->next = page;
     else tld->purge_first = page;
-    tld->purge_last = page;
   }
   sm_segment_queue_t *q = segment_free_queue(tld, segment);
   if (q != NULL && !segment->in_free_queue) {
@@ -729,7 +759,7 @@ void smi_segments_visit_abandoned(size_t max) {
       smi_stats_page_discard(page);
       page->in_use = 0;
       page->free = page->local_free = NULL;
-      page_purge(segment, page);
+      page_purge(segment, page, smi_os_now_ms());
       smi_count_add(SM_COUNT_PAGES, -1);
       segment->used--;
     }

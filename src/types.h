@@ -173,6 +173,8 @@ typedef struct sm_tld_s {
   size_t segment_count;           /* segments owned (excluding cache) */
   sm_page_t *purge_first, *purge_last; /* unused pages waiting to be purged, oldest first */
   uint64_t now_ms;                /* last clock reading */
+  uint32_t purge_scale;           /* purge_delay multiplier, raised while purged pages are reused soon */
+  uint64_t purge_scale_at;        /* when it last changed */
 } sm_tld_t;
 
 /* ---- heaps: one per thread (its backing heap), plus those made with sm_heap_new ----

@@ -501,6 +501,37 @@ static void case_prefault(void) {
   }
 }
 
+/* ---------------------------------------------------------------- adaptive
+ * A program that frees and reuses 2 MiB every 15 ms, just slower than the 10 ms purge delay: each
+ * purge would cost a round of page faults for nothing. The delay adapts (doubles while purged pages
+ * come back within a delay), so after the first cycles the reuse faults no more. */
+static void case_adaptive(void) {
+  SECTION("purge delay grows while purged pages are reused at once") {
+    enum { CYCLES = 30, N = 2000, SIZE = 1000 };
+    static char *b[N];
+    long faults[CYCLES];
+    void *keep = malloc(100); /* keeps the segment from going to the cache */
+    for (int c = 0; c < CYCLES; c++) {
+      long f0 = minor_faults();
+      for (int i = 0; i < N; i++) {
+        b[i] = malloc(SIZE);
+        memset(b[i], c, SIZE);
+      }
+      faults[c] = minor_faults() - f0;
+      for (int i = 0; i < N; i++) free(b[i]);
+      sleep_ms(15);
+    }
+    free(keep);
+    long late = 0;
+    for (int c = 10; c < CYCLES; c++) late += faults[c];
+    printf("  page faults per cycle: first %ld, second %ld, cycles 10-29 on average %.1f\n", faults[0], faults[1],
+           (double)late / (CYCLES - 10));
+    CHECK(faults[0] > 300, "the first cycle faults its 2 MiB in (seen %ld)", faults[0]);
+    CHECK(late * 10 < faults[0] * (CYCLES - 10), "later cycles fault < 10%% of the first on average (%.1f vs %ld)",
+          (double)late / (CYCLES - 10), faults[0]);
+  }
+}
+
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
@@ -521,6 +552,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "background")) case_background(true);
   else if (!strcmp(c, "huge-realloc")) case_huge_realloc();
   else if (!strcmp(c, "prefault")) case_prefault();
+  else if (!strcmp(c, "adaptive")) case_adaptive();
   else {
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
