@@ -288,4 +288,148 @@ SM_EXPORT SM_MALLOC_ATTR SM_ALLOC_SIZE(2, 3) void *sm_heap_alloc_new_n(sm_heap_t
 
 /* C++ STL allocators: see the end of this file (added by the C++ part). */
 
+#ifdef __cplusplus
+/* ---- C++ (C++11 and later): standard allocators over shardmalloc ----
+ * sm_stl_allocator<T>               any thread's default heap, through sm_new_n / sm_free
+ * sm_heap_stl_allocator<T>          one heap (by default the constructing thread's default heap)
+ * sm_heap_destroy_stl_allocator<T>  a heap of its own, destroyed with every block in it when the
+ *                                   last copy of the allocator goes; deallocate does nothing
+ * Failures behave as std::allocator's: the new-handler, then std::bad_alloc (count overflow:
+ * std::bad_array_new_length). Types aligned beyond std::max_align_t get their alignment. */
+#include <cstddef>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <new>
+#include <type_traits>
+
+namespace sm_detail {
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
+[[noreturn]] inline void throw_bad_alloc() { throw std::bad_alloc(); }
+[[noreturn]] inline void throw_bad_array_new_length() { throw std::bad_array_new_length(); }
+#else
+[[noreturn]] inline void throw_bad_alloc() { std::abort(); }
+[[noreturn]] inline void throw_bad_array_new_length() { std::abort(); }
+#endif
+
+inline bool count_overflows(std::size_t count, std::size_t size) noexcept {
+  return size != 0 && count > std::numeric_limits<std::size_t>::max() / size;
+}
+
+/* count objects of `size` bytes aligned to `alignment`, with operator new's failure semantics */
+inline void *new_n(std::size_t count, std::size_t size, std::size_t alignment) {
+  if (alignment <= alignof(std::max_align_t)) return sm_new_n(count, size);
+  if (count_overflows(count, size)) throw_bad_array_new_length(); /* checked here: no alloc_size warning */
+  return sm_new_aligned(count * size, alignment);
+}
+inline void *heap_new_n(sm_heap_t *heap, std::size_t count, std::size_t size, std::size_t alignment) {
+  if (alignment <= alignof(std::max_align_t)) return sm_heap_alloc_new_n(heap, count, size);
+  if (count_overflows(count, size)) throw_bad_array_new_length();
+  for (;;) { /* no C function does an aligned heap allocation with new semantics: the loop is here */
+    void *p = sm_heap_malloc_aligned(heap, count * size, alignment);
+    if (p != NULL) return p;
+    std::new_handler handler = std::get_new_handler();
+    if (handler == NULL) throw_bad_alloc();
+    handler();
+  }
+}
+
+inline sm_heap_t *new_heap() {
+  sm_heap_t *heap = sm_heap_new();
+  if (heap == NULL) throw_bad_alloc();
+  return heap;
+}
+inline void destroy_heap(sm_heap_t *heap) noexcept { sm_heap_destroy(heap); }
+inline void keep_heap(sm_heap_t *) noexcept {}
+
+/* what every allocator here has in common (no reference typedefs: T may be void) */
+template <class T> struct stl_allocator_base {
+  typedef T value_type;
+  typedef std::size_t size_type;
+  typedef std::ptrdiff_t difference_type;
+  typedef T *pointer;
+  typedef const T *const_pointer;
+  size_type max_size() const noexcept { return static_cast<size_type>(std::numeric_limits<difference_type>::max()) / sizeof(T); }
+};
+} // namespace sm_detail
+
+template <class T> struct sm_stl_allocator : sm_detail::stl_allocator_base<T> {
+  typedef std::true_type propagate_on_container_move_assignment;
+  typedef std::true_type is_always_equal;
+  template <class U> struct rebind { typedef sm_stl_allocator<U> other; };
+
+  sm_stl_allocator() noexcept {}
+  template <class U> sm_stl_allocator(const sm_stl_allocator<U> &) noexcept {}
+
+  T *allocate(std::size_t count) { return static_cast<T *>(sm_detail::new_n(count, sizeof(T), alignof(T))); }
+  T *allocate(std::size_t count, const void *) { return allocate(count); }
+  void deallocate(T *p, std::size_t) noexcept { sm_free(p); }
+};
+template <class T1, class T2> bool operator==(const sm_stl_allocator<T1> &, const sm_stl_allocator<T2> &) noexcept { return true; }
+template <class T1, class T2> bool operator!=(const sm_stl_allocator<T1> &, const sm_stl_allocator<T2> &) noexcept { return false; }
+
+/* Allocates in one heap; the heap is shared with every copy and never deleted here. Blocks go back
+ * with sm_free (any thread may free them). Containers compare equal iff they use the same heap. */
+template <class T> struct sm_heap_stl_allocator : sm_detail::stl_allocator_base<T> {
+  typedef std::true_type propagate_on_container_copy_assignment;
+  typedef std::true_type propagate_on_container_move_assignment;
+  typedef std::true_type propagate_on_container_swap;
+  typedef std::false_type is_always_equal;
+  template <class U> struct rebind { typedef sm_heap_stl_allocator<U> other; };
+
+  sm_heap_stl_allocator() : heap_(sm_heap_get_default()) {}
+  sm_heap_stl_allocator(sm_heap_t *heap) noexcept : heap_(heap) {} /* implicit, as mimalloc's */
+  template <class U> sm_heap_stl_allocator(const sm_heap_stl_allocator<U> &x) noexcept : heap_(x.heap()) {}
+
+  T *allocate(std::size_t count) { return static_cast<T *>(sm_detail::heap_new_n(heap_, count, sizeof(T), alignof(T))); }
+  T *allocate(std::size_t count, const void *) { return allocate(count); }
+  void deallocate(T *p, std::size_t) noexcept { sm_free(p); }
+
+  sm_heap_t *heap() const noexcept { return heap_; }
+  void collect(bool force) { sm_heap_collect(heap_, force); }
+  template <class U> bool is_equal(const sm_heap_stl_allocator<U> &x) const noexcept { return heap_ == x.heap(); }
+
+private:
+  sm_heap_t *heap_;
+};
+template <class T1, class T2>
+bool operator==(const sm_heap_stl_allocator<T1> &x, const sm_heap_stl_allocator<T2> &y) noexcept { return x.is_equal(y); }
+template <class T1, class T2>
+bool operator!=(const sm_heap_stl_allocator<T1> &x, const sm_heap_stl_allocator<T2> &y) noexcept { return !x.is_equal(y); }
+
+/* Allocates in a heap of its own (made by the default constructor), shared by every copy and
+ * rebound copy through a reference count, and destroyed (sm_heap_destroy: every block at once) when
+ * the last copy goes. deallocate does nothing: the point is to drop a whole structure in one step.
+ * Every container using it must go before (or with) the last copy, and the heap must not be used
+ * from another thread while it is destroyed. Constructed from a heap, it uses that heap and never
+ * destroys it (as mimalloc's). */
+template <class T> struct sm_heap_destroy_stl_allocator : sm_detail::stl_allocator_base<T> {
+  typedef std::true_type propagate_on_container_copy_assignment;
+  typedef std::true_type propagate_on_container_move_assignment;
+  typedef std::true_type propagate_on_container_swap;
+  typedef std::false_type is_always_equal;
+  template <class U> struct rebind { typedef sm_heap_destroy_stl_allocator<U> other; };
+
+  sm_heap_destroy_stl_allocator() : heap_(sm_detail::new_heap(), &sm_detail::destroy_heap) {}
+  sm_heap_destroy_stl_allocator(sm_heap_t *heap) : heap_(heap, &sm_detail::keep_heap) {}
+  template <class U> sm_heap_destroy_stl_allocator(const sm_heap_destroy_stl_allocator<U> &x) noexcept : heap_(x.heap_) {}
+
+  T *allocate(std::size_t count) { return static_cast<T *>(sm_detail::heap_new_n(heap_.get(), count, sizeof(T), alignof(T))); }
+  T *allocate(std::size_t count, const void *) { return allocate(count); }
+  void deallocate(T *, std::size_t) noexcept {} /* freed with the heap */
+
+  sm_heap_t *heap() const noexcept { return heap_.get(); }
+  void collect(bool force) { sm_heap_collect(heap_.get(), force); }
+  template <class U> bool is_equal(const sm_heap_destroy_stl_allocator<U> &x) const noexcept { return heap() == x.heap(); }
+
+private:
+  template <class U> friend struct sm_heap_destroy_stl_allocator;
+  std::shared_ptr<sm_heap_t> heap_;
+};
+template <class T1, class T2>
+bool operator==(const sm_heap_destroy_stl_allocator<T1> &x, const sm_heap_destroy_stl_allocator<T2> &y) noexcept { return x.is_equal(y); }
+template <class T1, class T2>
+bool operator!=(const sm_heap_destroy_stl_allocator<T1> &x, const sm_heap_destroy_stl_allocator<T2> &y) noexcept { return !x.is_equal(y); }
+#endif /* __cplusplus */
+
 #endif

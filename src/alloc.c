@@ -40,15 +40,16 @@ static size_t usable_raw(const void *p) {
 /* ---- padding (secure and debug builds) ----
  * Every request gets SM_PADDING more bytes: a 4-byte canary right after the requested bytes
  * (so even a one-byte overflow is seen at free) and, in the last 4 bytes of the block, the distance
- * from the requested end to the block end (so free finds the canary without any table). The debug
- * build also fills the slack between them (SM_FILL_SLACK), new memory (SM_FILL_FRESH) and freed
- * memory (SM_FILL_FREED), and checks at reuse that freed memory was not written. */
+ * from the requested end to the block end (so free finds the canary without any table); see
+ * padding.h. The debug build also fills the slack between them (SM_FILL_SLACK), new memory
+ * (SM_FILL_FRESH) and freed memory (SM_FILL_FREED), and checks at reuse that freed memory was not
+ * written. */
+#include "padding.h"
 #define SM_FILL_FRESH 0xD0
 #define SM_FILL_FREED 0xDF
 #define SM_FILL_SLACK 0xDB
 
 static size_t padded(size_t size) { return size > SM_MAX_ALLOC_SIZE ? SIZE_MAX : size + SM_PADDING; }
-static uint32_t canary_of(const void *p) { return (uint32_t)(((uintptr_t)p >> 3) ^ smi_process_secret); }
 
 /* the requested size recorded in p's padding (the whole span if the record is damaged) */
 static size_t padding_requested(const void *p, size_t usable) {
@@ -59,15 +60,15 @@ static size_t padding_requested(const void *p, size_t usable) {
   return delta >= SM_PADDING && delta <= usable ? usable - delta : usable;
 }
 
-/* the canary right after the requested bytes, the distance to the block end in its last 4 bytes */
-static void padding_write(uint8_t *b, size_t size, size_t usable) {
-  uint32_t canary = canary_of(b), delta = (uint32_t)(usable - size);
-  memcpy(b + size, &canary, 4);
-  memcpy(b + usable - 4, &delta, 4);
-}
-
-static void *padding_finish(void *p, size_t size, bool zero) {
-  if (p == NULL) return NULL;
+/* every case: fill patterns and the write-after-free check (debug), memory checkers, aligned
+ * pointers inside their block. Out of line, except for the memory checkers: they name the
+ * function that announces a block as its allocator, which must be malloc. */
+#if SM_TRACK
+__attribute__((always_inline)) static inline
+#else
+static sm_noinline
+#endif
+void *padding_finish_full(void *p, size_t size, bool zero) {
   uint8_t *b = p;
   size_t usable = usable_raw(p);
   smi_track_undefined(b, usable);
@@ -76,6 +77,7 @@ static void *padding_finish(void *p, size_t size, bool zero) {
   if (segment->kind != SM_SEGMENT_HUGE) { /* freed (and fresh) blocks carry SM_FILL_FREED */
     const sm_page_t *page = smi_segment_page_of(segment, p);
     const uint8_t *block = smi_page_start(page) + (size_t)(b - smi_page_start(page)) / page->block_size * page->block_size;
+    smi_track_defined(block, page->block_size); /* the fill is ours to read (memory checkers) */
     for (size_t i = sizeof(sm_block_t); i < page->block_size; i++) {
       if (block[i] != SM_FILL_FREED) {
         smi_error(EFAULT, "write after free in block %p (block size %zu): byte %zu was written", (void *)block, page->block_size, i);
@@ -101,7 +103,7 @@ static void *padding_finish(void *p, size_t size, bool zero) {
 #endif
     smi_track_noaccess(b - lead, lead);
   }
-  padding_write(b, size, usable);
+  smi_padding_write(b, size, usable);
   smi_track_malloc(b, size, zero);
   smi_track_noaccess(b + size, usable - size); /* the padding is not the program's */
 #if SM_DEBUG
@@ -110,7 +112,22 @@ static void *padding_finish(void *p, size_t size, bool zero) {
   return p;
 }
 
-/* at free: report an overflow past the requested size, naming the first overwritten byte */
+/* The secure build's common case, a block start: clear the link word (no free-list pointer
+ * leaks to the program) and write the padding, inline. Every block is at least 8 bytes. */
+__attribute__((always_inline)) static inline void *padding_finish(void *p, size_t size, bool zero) {
+  if (p == NULL) return NULL;
+  uint8_t *b = p;
+  const sm_page_t *page = smi_segment_page_of(smi_ptr_segment(b), b);
+  __asm__("" : "+r"(page)); /* computed once: gcc otherwise re-derives it from the index */
+  if (SM_DEBUG || SM_TRACK || sm_unlikely(smi_page_has_aligned(page))) return padding_finish_full(p, size, zero);
+  if (zero) memset(b, 0, size);
+  else memset(b, 0, sizeof(sm_block_t)); /* a constant size: one store */
+  smi_padding_write(b, size, page->block_size);
+  return p;
+}
+
+/* at free: report an overflow past the requested size, naming the first overwritten byte (free's
+ * fast path tests smi_padding_intact first) */
 void smi_padding_check(const void *p, size_t block_size) {
   const uint8_t *b = p;
   size_t usable = usable_raw(p);
@@ -119,9 +136,9 @@ void smi_padding_check(const void *p, size_t block_size) {
   smi_track_defined(b + size, usable - size);
   memcpy(&canary, b + size, 4);
   size_t bad = SIZE_MAX;
-  if (size == usable || canary != canary_of(p)) {
+  if (size == usable || canary != smi_canary_of(p)) {
     bad = size;
-    while (bad < usable - 4 && bad < size + 4 && b[bad] == ((const uint8_t *)&(uint32_t){canary_of(p)})[bad - size]) bad++;
+    while (bad < usable - 4 && bad < size + 4 && b[bad] == ((const uint8_t *)&(uint32_t){smi_canary_of(p)})[bad - size]) bad++;
   }
 #if SM_DEBUG
   for (size_t i = size + 4; bad == SIZE_MAX && i < usable - 4; i++) {
@@ -161,7 +178,7 @@ void *sm_expand(void *p, size_t newsize) {
 #if SM_DEBUG
   memset(b + newsize + 4, SM_FILL_SLACK, usable - newsize - SM_PADDING);
 #endif
-  padding_write(b, newsize, usable);
+  smi_padding_write(b, newsize, usable);
   smi_track_resize(b, size, newsize);
   smi_track_noaccess(b + newsize, usable - newsize);
   return p;

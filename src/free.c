@@ -7,6 +7,7 @@
  *   aligned:       pages that handed out interior pointers map them back to the block start.
  * In secure and debug builds every pointer is validated first (see free_check). */
 #include "internal.h"
+#include "padding.h"
 
 /* The owner's page became empty on the fast path. Keeping it as its bin's only page touches
  * nothing the purger reads, so that common case needs no lock; giving it back does. */
@@ -112,25 +113,39 @@ static bool block_is_free(const sm_page_t *page, const sm_block_t *block, bool o
 #endif
 }
 
+/* Divisibility by a block size without a division (Lemire, Kaser and Kurz, "Faster remainder by
+ * direct computation", 2019): with c = ceil(2^64 / d), a 32-bit n is a multiple of d exactly
+ * when n * c mod 2^64 < c. One c per size class, stored the first time a page of the class is
+ * checked the slow way; 0 (not stored yet) sends every pointer down that slow way. */
+static _Atomic(uint64_t) bin_magic[SM_BIN_COUNT];
+
+static void bin_magic_store(const sm_page_t *page) {
+  size_t bsize = smi_bin_size(page->bin);
+  sm_assert(page->block_size == bsize);
+  if (page->block_size == bsize) atomic_store_explicit(&bin_magic[page->bin], UINT64_MAX / bsize + 1, memory_order_relaxed);
+}
+
 /* Is p a block (or aligned pointer into a block) that shardmalloc handed out and that is not free?
- * Reports and returns false for foreign, interior, and already-freed pointers: the caller then
- * ignores the free, so the heap is never corrupted by it. */
-static bool free_check(const void *p, sm_segment_t **segment_out, sm_page_t **page_out) {
+ * Returns its page if so. Reports and returns NULL for foreign, interior, and already-freed
+ * pointers: the caller then ignores the free, so the heap is never corrupted by it. Every check,
+ * in full: the debug and memory-checker builds always come here, the secure build when its fast
+ * test (free_check) is not sure. */
+static sm_noinline sm_page_t *free_check_full(const void *p) {
   sm_segment_t *segment = smi_ptr_segment(p);
   if (sm_unlikely(!smi_segment_is_registered(segment) || segment->cookie != ((uintptr_t)segment ^ smi_process_secret))) {
     smi_error(EINVAL, "free of a pointer that was not allocated by shardmalloc: %p", p);
-    return false;
+    return NULL;
   }
   sm_page_t *page = smi_segment_page_of(segment, p);
   if (sm_unlikely(!page->in_use || (const uint8_t *)p < smi_page_start(page) ||
                   (const uint8_t *)p >= smi_page_start(page) + (size_t)page->capacity * page->block_size)) {
     smi_error(EINVAL, "free of an invalid pointer %p (not in a live block)", p);
-    return false;
+    return NULL;
   }
   size_t lead = smi_block_offset(page, p);
   if (sm_unlikely(lead != 0 && !smi_page_has_aligned(page))) {
     smi_error(EINVAL, "free of an interior pointer %p (block %p of size %zu)", p, (const void *)((const uint8_t *)p - lead), page->block_size);
-    return false;
+    return NULL;
   }
   const sm_block_t *block = (const sm_block_t *)((const uint8_t *)p - lead);
   bool owner = atomic_load_explicit(&segment->thread_id, memory_order_relaxed) == smi_tls_tid;
@@ -139,20 +154,48 @@ static bool free_check(const void *p, sm_segment_t **segment_out, sm_page_t **pa
                           smi_block_next(page, block) == (sm_block_t *)smi_page_start(page);
   if (huge_quarantined || (segment->kind != SM_SEGMENT_HUGE && sm_unlikely(block_is_free(page, block, owner)))) {
     smi_error(EINVAL, "double free of %p (block size %zu)", p, page->block_size);
-    return false;
+    return NULL;
   }
+  if (SM_SECURE && segment->kind != SM_SEGMENT_HUGE) bin_magic_store(page); /* for free_check */
   smi_padding_check(p, page->block_size);
-  smi_track_block_free((void *)p);
 #if SM_DEBUG
   atomic_fetch_add_explicit(&smi_stats.bin_free[segment->kind == SM_SEGMENT_HUGE ? SM_BIN_COUNT : page->bin], 1, memory_order_relaxed);
-#endif
-#if SM_DEBUG
-  if (segment->kind != SM_SEGMENT_HUGE) /* freed memory carries a pattern that malloc checks */
+  if (segment->kind != SM_SEGMENT_HUGE) { /* freed memory carries a pattern that malloc checks */
+    smi_track_undefined((uint8_t *)block, page->block_size); /* the lead of an aligned pointer too */
     memset((uint8_t *)block + sizeof(sm_block_t), 0xDF, page->block_size - sizeof(sm_block_t));
+  }
 #endif
-  *segment_out = segment;
-  *page_out = page;
-  return true;
+  smi_track_block_free((void *)p); /* after the fill: from here on the program may not touch it */
+  return page;
+}
+
+/* The secure build's test for the common case, a block start of a small, medium or large page
+ * whose link word does not decode into its page (so it is live), with its canary intact: loads
+ * from the segment header and the block (its first word and its padding), no division, no call.
+ * Anything else (huge blocks, aligned pointers, free-looking blocks, bad pointers, overflows)
+ * goes through free_check_full, which decides and reports. */
+static inline sm_page_t *free_check(const void *p) {
+#if SM_SECURE && !SM_DEBUG && !SM_TRACK
+  sm_segment_t *segment = smi_ptr_segment(p);
+  /* the map first: a header is read only once the map says the segment is ours */
+  if (sm_likely(smi_segment_is_registered(segment) && segment->cookie == ((uintptr_t)segment ^ smi_process_secret) &&
+                segment->kind != SM_SEGMENT_HUGE)) {
+    sm_page_t *page = smi_segment_page_of(segment, p);
+    __asm__("" : "+r"(page)); /* computed once: gcc otherwise re-derives it from the index */
+    uintptr_t start = (uintptr_t)smi_page_start(page);
+    size_t bsize = page->block_size;
+    size_t limit = (size_t)page->capacity * bsize; /* carved blocks span [start, start + limit) */
+    uintptr_t offset = (uintptr_t)p - start;       /* p below start wraps above limit */
+    uint64_t magic = atomic_load_explicit(&bin_magic[page->bin], memory_order_relaxed);
+    if (sm_likely(page->in_use && offset < limit && (uint64_t)(uint32_t)offset * magic < magic)) { /* a block start */
+      uintptr_t next = (uintptr_t)smi_block_next(page, (const sm_block_t *)p);
+      if (sm_likely(next - start >= limit && next != 0 && /* live: its link word is no link */
+                    smi_padding_intact(p, bsize)))
+        return page;
+    }
+  }
+#endif
+  return free_check_full(p);
 }
 #endif
 
@@ -220,6 +263,17 @@ static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page
   return oldest;
 }
 
+static sm_noinline void free_with_options(void *p, sm_segment_t *segment, sm_page_t *page) {
+  void *q = free_secure_options(p, segment, page);
+  if (q == NULL) return; /* quarantined */
+  if (q != p) {          /* an older block leaves the quarantine instead */
+    p = q;
+    segment = smi_ptr_segment(p);
+    page = smi_segment_page_of(segment, p);
+  }
+  free_block(p, segment, page);
+}
+
 /* thread exit, sm_collect: free what waits in the quarantine */
 void smi_quarantine_flush(sm_heap_t *heap) {
   while (heap->quarantine_count > 0) {
@@ -233,19 +287,19 @@ void smi_quarantine_flush(sm_heap_t *heap) {
 }
 #endif
 
-void sm_free(void *p) {
+/* the body of sm_free and free: inlined into both (one function aliased to the other would make
+ * valgrind, which replaces `free`, take sm_free for its own) */
+static inline __attribute__((always_inline)) void smi_free(void *p) {
   if (sm_unlikely(p == NULL)) return;
 #if SM_CHECK_FREES
-  sm_segment_t *segment;
-  sm_page_t *page;
-  if (!free_check(p, &segment, &page)) return;
+  sm_page_t *page = free_check(p);
+  if (page == NULL) return;
+  sm_segment_t *segment = smi_page_segment(page);
 #if SM_SECURE
-  void *q = free_secure_options(p, segment, page);
-  if (q == NULL) return; /* quarantined */
-  if (q != p) {          /* an older block leaves the quarantine instead */
-    p = q;
-    segment = smi_ptr_segment(p);
-    page = smi_segment_page_of(segment, p);
+  /* both options are off by default: one test of the two, the work out of line */
+  if (sm_unlikely((int)(smi_option(sm_option_zero_on_free) != 0) | (int)(smi_option(sm_option_quarantine) > 0))) {
+    free_with_options(p, segment, page);
+    return;
   }
 #endif
   free_block(p, segment, page);
@@ -254,3 +308,5 @@ void sm_free(void *p) {
   free_block(p, segment, smi_segment_page_of(segment, p));
 #endif
 }
+
+void sm_free(void *p) { smi_free(p); }

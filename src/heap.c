@@ -419,6 +419,25 @@ void sm_collect(bool force) {
   user_heaps_release();
 }
 
+/* statistics: bring every heap the calling thread may touch up to date (its own, those it owns,
+ * and every locked part) */
+static void heap_part_stats_sync(sm_heap_t *part) {
+  if (part == NULL || (!part->locked_access && part->thread_id != smi_tls_tid)) return;
+  smi_heap_lock(part);
+  smi_stats_heap_sync(part);
+  smi_heap_unlock(part);
+}
+
+void smi_heaps_stats_sync(void) {
+  heap_part_stats_sync(smi_tls_backing);
+  user_heaps_acquire();
+  for (sm_heap_t *heap = user_heaps; heap != NULL; heap = heap->user_next) {
+    heap_part_stats_sync(heap);
+    heap_part_stats_sync(__atomic_load_n(&heap->shared, __ATOMIC_ACQUIRE));
+  }
+  user_heaps_release();
+}
+
 /* ---- introspection ---- */
 
 static bool page_of_heap(const sm_heap_t *heap, const sm_page_t *page) {

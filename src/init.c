@@ -48,6 +48,7 @@ void smi_process_init(void) {
     smi_process_secret |= 1;
     smi_options_init();
     smi_stats_init();
+    smi_arenas_init(); /* after the options: reserve_os_memory, reserve_huge_os_pages, NUMA */
 #if SM_DEBUG
     smi_sizeclass_check();
 #endif
@@ -191,8 +192,11 @@ void sm_thread_done(void) {
  * blocks stay mapped: later destructors of other libraries may still use or free them. */
 void sm_process_done(void) {
   static _Atomic(bool) done;
-  if (atomic_exchange(&done, true)) return;
+  /* an instance that never mapped memory (a second copy of the library in the process, say one
+   * linked while a debug build is preloaded) has nothing to give back or report */
+  if (!atomic_load_explicit(&smi_mem_ever, memory_order_relaxed) || atomic_exchange(&done, true)) return;
   if (smi_option(sm_option_destroy_on_exit)) sm_collect(true);
+  smi_stats_print_at_exit();
 }
 
 __attribute__((destructor)) static void process_destructor(void) { sm_process_done(); }

@@ -142,7 +142,8 @@ static inline void smi_count_move(smi_count_t which, int64_t plus, int64_t minus
 static inline int64_t smi_count_current(smi_count_t which) {
   return atomic_load_explicit(&smi_stats.count[which].current, memory_order_relaxed);
 }
-void smi_stats_init(void);   /* at process start: start time, show_stats at exit */
+void smi_stats_init(void);   /* at process start: the start time */
+void smi_stats_print_at_exit(void); /* show_stats: the table or JSON (allocates nothing) */
 /* page.c: refill accounting. sync brings every page of the heap up to date and flushes the heap's
  * pending figures (owner, heap lock held); discard counts a page's blocks as freed */
 void smi_stats_heap_sync(sm_heap_t *heap);
@@ -180,6 +181,14 @@ void smi_mem_free(void *p, size_t size, size_t purged);
 void *smi_mem_remap(void *p, size_t old_size, size_t new_size, size_t alignment);
 void smi_mem_purged(size_t size);
 void smi_mem_unpurged(size_t size);
+extern _Atomic(bool) smi_mem_ever; /* memory was ever handed out by this copy of the library */
+/* *is_zero: whether the memory reads as zero; avoid_pinned: huge OS pages only if nothing else */
+void *smi_mem_alloc_ex(size_t size, size_t alignment, size_t offset, bool avoid_pinned, bool *is_zero);
+/* huge OS pages: never purge them (it would do nothing), give the segment back instead */
+bool smi_mem_is_pinned(const void *p);
+void smi_arenas_init(void); /* start-up reservations and NUMA detection; from smi_process_init */
+bool smi_arena_contains(const void *p);
+size_t smi_arenas_count(void);
 
 /* ---- segment.c ---- */
 sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size);
@@ -226,6 +235,7 @@ void smi_heap_unfull_flagged(sm_heap_t *heap);
 sm_heap_t *smi_heap_shared_part(sm_heap_t *heap); /* NULL when out of memory */
 void smi_heaps_disown(uintptr_t thread_id);     /* thread exit: its heaps are served with the lock from now on */
 void smi_deferred_free(sm_heap_t *heap, bool force);
+void smi_heaps_stats_sync(void); /* the calling thread's heaps and all locked parts: figures up to date */
 
 /* ---- purge.c: the background purger ---- */
 void smi_heaps_register(sm_heap_t *heap);
@@ -239,11 +249,11 @@ void smi_purger_fork_child(void);
 /* the allocator's few locks are flags held for a handful of instructions (or one bounded
  * collection): spin a little, then yield */
 void smi_spin_lock_slow(_Atomic(bool) *lock);
-static inline void smi_spin_lock(_Atomic(bool) *lock) {
+static inline __attribute__((always_inline)) void smi_spin_lock(_Atomic(bool) *lock) {
   if (sm_unlikely(atomic_exchange_explicit(lock, true, memory_order_acquire))) smi_spin_lock_slow(lock);
 }
 static inline void smi_spin_unlock(_Atomic(bool) *lock) { atomic_store_explicit(lock, false, memory_order_release); }
-static inline void smi_heap_lock(sm_heap_t *heap) { smi_spin_lock(&heap->lock); }
+static inline __attribute__((always_inline)) void smi_heap_lock(sm_heap_t *heap) { smi_spin_lock(&heap->lock); }
 static inline bool smi_heap_trylock(sm_heap_t *heap) {
   return !atomic_exchange_explicit(&heap->lock, true, memory_order_acquire);
 }
@@ -343,10 +353,11 @@ void smi_page_free_list_corrupted(sm_page_t *page, const sm_block_t *block);
 
 static inline void *smi_page_pop(sm_page_t *page, sm_block_t *block) {
 #if SM_CHECK_FREES
-  /* a link that leaves its page is corruption (a write after free): report it, never follow it */
+  /* a link that leaves its page is corruption (a write after free): report it, never follow it.
+   * One unsigned compare tests both ends; NULL (the list's end) fails it too and is let through. */
   sm_block_t *next = smi_block_next(page, block);
-  if (sm_unlikely(next != NULL && ((uint8_t *)next < smi_page_start(page) ||
-                                   (uint8_t *)next >= smi_page_start(page) + (size_t)page->capacity * page->block_size))) {
+  if (sm_unlikely((uintptr_t)next - (uintptr_t)smi_page_start(page) >= (size_t)page->capacity * page->block_size) &&
+      next != NULL) {
     smi_page_free_list_corrupted(page, block);
     next = NULL;
   }

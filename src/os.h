@@ -30,8 +30,55 @@ size_t smi_os_page_size(void);
 void smi_os_random_bytes(void *buf, size_t n);
 uint64_t smi_os_now_ms(void);
 void smi_os_write_stderr(const char *buf, size_t len);
+/* resource use of the whole process, for statistics; never allocates (no stdio). Times in ms,
+ * sizes in bytes, faults counted since the process started; 0 where the OS does not tell. */
+typedef struct smi_os_process_info_s {
+  uint64_t user_ms, system_ms;
+  uint64_t current_rss, peak_rss;
+  uint64_t minor_faults, major_faults;
+} smi_os_process_info_t;
+void smi_os_process_info(smi_os_process_info_t *info);
 /* getenv without allocation, ignoring the environment in setuid/setgid programs */
 const char *smi_os_getenv(const char *name);
+/* the environment to scan (for names matched without regard to case); NULL where smi_os_getenv
+ * would ignore it (setuid/setgid programs) */
+char **smi_os_environ(void);
 void smi_os_init(void);
+
+/* ---- huge OS pages, pinned memory and NUMA (for arena.c) ---- */
+/* PROT_NONE address space, aligned: a placeholder that smi_os_map_hugetlb fills piece by piece
+ * (freed with smi_os_free) */
+void *smi_os_reserve_aligned(size_t size, size_t alignment);
+/* Replace [p, p+size) (inside a placeholder; p and size multiples of page_size) with hugetlb
+ * pages of page_size bytes (2 MiB or 1 GiB), taken from the kernel's pool now, so that no fault
+ * can fail later; preferably on numa_node (-1: any). The range becomes pinned. False if the pool
+ * has too few free pages; the range may then be unmapped. */
+bool smi_os_map_hugetlb(void *p, size_t size, size_t page_size, int numa_node);
+/* free pages of page_size bytes in the kernel's hugetlb pool (0 if none or unknown) */
+size_t smi_os_hugetlb_free(size_t page_size);
+/* Pinned memory (hugetlb, or memory handed over as large pages) cannot give its pages back:
+ * smi_os_purge of it does nothing and returns false, smi_os_remap_aligned returns NULL. Marks are
+ * per 4 MiB of address space; smi_os_free clears them. False if the range cannot be marked. */
+bool smi_os_set_pinned(void *p, size_t size, bool on);
+bool smi_os_is_pinned(const void *p, size_t size);
+/* make [p, p+size) readable and writable again (guard pages of memory that goes back to an arena) */
+bool smi_os_unprotect(void *p, size_t size);
+
+/* Read the NUMA nodes and their CPUs (once, at start-up); use_nodes > 0 caps the node count. */
+void smi_os_numa_init(long use_nodes);
+size_t smi_os_numa_count(void);    /* nodes in use: 1 on most machines */
+size_t smi_os_numa_detected(void); /* nodes found (highest online node + 1) */
+/* the calling thread's node, below smi_os_numa_count(); 0 without a system call on one node */
+int smi_os_numa_node(void);
+/* prefer node for the pages of [p, p+size) that are faulted in from now on (mbind) */
+bool smi_os_numa_bind(void *p, size_t size, int node);
+/* the calling thread's cpu and node, by the cheapest means: returns 0 (rseq), 1 (vDSO getcpu),
+ * 2 (getcpu system call) or -1 */
+int smi_os_getcpu(unsigned *cpu, unsigned *node);
+const char *smi_os_numa_method(void); /* that means, in words */
+/* internal test hooks: list parsing ("0-3,8"), and set-up from given texts instead of sysfs */
+bool smi_os_parse_list(const char *s, uint16_t *map, size_t map_len, uint16_t value, size_t *end);
+bool smi_os_numa_setup(const char *online, const char *const *cpulists, long use_nodes);
+int smi_os_numa_node_of_cpu(unsigned cpu); /* -1 if unknown */
 
 #endif

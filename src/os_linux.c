@@ -2,10 +2,13 @@
  * most mappings come back aligned in one mmap call; otherwise we over-map and trim. */
 #include "internal.h"
 
+#include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,12 +62,12 @@ bool smi_os_protect(void *p, size_t size) {
   return ok;
 }
 
-static void *os_mmap(void *hint, size_t size) {
-  void *p = mmap(hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+static void *os_mmap(void *hint, size_t size, int prot) {
+  void *p = mmap(hint, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? NULL : p;
 }
 
-static void *os_try_hint(size_t size) {
+static void *os_try_hint(size_t size, int prot) {
   if (size > ((size_t)1 << 36)) return NULL; /* leave very large mappings to the kernel */
   size_t span = smi_align_up(size, SM_SEGMENT_SIZE);
   uintptr_t hint = atomic_fetch_add_explicit(&os_hint, span, memory_order_relaxed);
@@ -72,7 +75,7 @@ static void *os_try_hint(size_t size) {
     atomic_store_explicit(&os_hint, OS_HINT_BASE + span, memory_order_relaxed);
     hint = OS_HINT_BASE;
   }
-  void *p = os_mmap((void *)hint, size);
+  void *p = os_mmap((void *)hint, size, prot);
   if (p != NULL && p != (void *)hint) { /* the kernel placed it elsewhere */
     munmap(p, size);
     p = NULL;
@@ -80,14 +83,14 @@ static void *os_try_hint(size_t size) {
   return p;
 }
 
-void *smi_os_alloc_aligned(size_t size, size_t alignment, size_t offset) {
+static void *os_alloc_aligned(size_t size, size_t alignment, size_t offset, int prot) {
   int saved = errno;
   void *result = NULL;
-  if (offset == 0 && alignment == SM_SEGMENT_SIZE) result = os_try_hint(size);
+  if (offset == 0 && alignment == SM_SEGMENT_SIZE) result = os_try_hint(size, prot);
   if (result == NULL) {
     size_t over = size + alignment;
     if (over >= size) { /* no overflow */
-      uint8_t *base = os_mmap(NULL, over);
+      uint8_t *base = os_mmap(NULL, over, prot);
       if (base != NULL) {
         uintptr_t p = smi_align_up((uintptr_t)base + offset, alignment) - offset;
         if (p < (uintptr_t)base) p += alignment;
@@ -102,7 +105,15 @@ void *smi_os_alloc_aligned(size_t size, size_t alignment, size_t offset) {
   return result;
 }
 
+void *smi_os_alloc_aligned(size_t size, size_t alignment, size_t offset) {
+  return os_alloc_aligned(size, alignment, offset, PROT_READ | PROT_WRITE);
+}
+
+static bool os_is_pinned(const void *p, size_t size);
+static void os_set_pinned(const void *p, size_t size, bool on);
+
 void *smi_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment) {
+  if (os_is_pinned(p, old_size)) return NULL; /* hugetlb: the caller copies */
   int saved = errno;
   void *result = NULL;
   if (mremap(p, old_size, new_size, 0) == p) { /* grew in place: the space after it was free */
@@ -122,11 +133,14 @@ void *smi_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t ali
 
 void smi_os_free(void *p, size_t size) {
   int saved = errno;
-  munmap(p, size);
+  if (munmap(p, size) == 0) os_set_pinned(p, size, false);
   errno = saved;
 }
 
 bool smi_os_purge(void *p, size_t size, bool decommit) {
+  /* hugetlb pages go back only whole, if at all (MADV_DONTNEED may succeed and do nothing):
+   * pinned memory is never purged, so it never claims to read as zero */
+  if (os_is_pinned(p, size)) return false;
   uintptr_t start = smi_align_up((uintptr_t)p, os_page_size);
   uintptr_t end = ((uintptr_t)p + size) & ~(uintptr_t)(os_page_size - 1);
   if (end <= start) return false;
@@ -176,6 +190,37 @@ void smi_os_write_stderr(const char *buf, size_t len) {
   errno = saved;
 }
 
+void smi_os_process_info(smi_os_process_info_t *info) {
+  int saved = errno;
+  memset(info, 0, sizeof *info);
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) == 0) {
+    info->user_ms = (uint64_t)ru.ru_utime.tv_sec * 1000 + (uint64_t)ru.ru_utime.tv_usec / 1000;
+    info->system_ms = (uint64_t)ru.ru_stime.tv_sec * 1000 + (uint64_t)ru.ru_stime.tv_usec / 1000;
+    info->peak_rss = (uint64_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
+    info->minor_faults = (uint64_t)ru.ru_minflt;
+    info->major_faults = (uint64_t)ru.ru_majflt;
+  }
+  /* current RSS: the second field of /proc/self/statm, in pages (read(2): stdio would allocate) */
+  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char buf[128];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n > 0) {
+      buf[n] = 0;
+      const char *s = buf;
+      while (*s >= '0' && *s <= '9') s++;
+      while (*s == ' ') s++;
+      uint64_t pages = 0;
+      while (*s >= '0' && *s <= '9') pages = pages * 10 + (uint64_t)(*s++ - '0');
+      info->current_rss = pages * os_page_size;
+    }
+  }
+  if (info->peak_rss < info->current_rss) info->peak_rss = info->current_rss; /* sampled apart */
+  errno = saved;
+}
+
 const char *smi_os_getenv(const char *name) {
   if (getauxval(AT_SECURE)) return NULL; /* as secure_getenv: setuid programs ignore it */
   if (environ == NULL) return NULL;
@@ -184,4 +229,358 @@ const char *smi_os_getenv(const char *name) {
     if (strncmp(*e, name, len) == 0 && (*e)[len] == '=') return *e + len + 1;
   }
   return NULL;
+}
+
+char **smi_os_environ(void) { return getauxval(AT_SECURE) ? NULL : environ; }
+
+/* ---- small file reads (sysfs), without stdio: nothing here may allocate ---- */
+
+static ssize_t os_read_text(const char *path, char *buf, size_t size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  size_t len = 0;
+  for (;;) {
+    ssize_t n = read(fd, buf + len, size - 1 - len);
+    if (n <= 0) break;
+    len += (size_t)n;
+    if (len == size - 1) break;
+  }
+  close(fd);
+  buf[len] = 0;
+  return (ssize_t)len;
+}
+
+static char *os_append(char *dst, char *end, const char *s) {
+  while (*s && dst < end - 1) *dst++ = *s++;
+  *dst = 0;
+  return dst;
+}
+
+static char *os_append_uint(char *dst, char *end, size_t v) {
+  char digits[24];
+  size_t n = 0;
+  do digits[n++] = (char)('0' + v % 10); while ((v /= 10) != 0 && n < sizeof digits);
+  while (n > 0 && dst < end - 1) *dst++ = digits[--n];
+  *dst = 0;
+  return dst;
+}
+
+/* ---- pinned memory: hugetlb mappings, and memory handed over as large pages ----
+ * Their physical pages go back only as whole huge pages, or not at all: MADV_DONTNEED on 64 KiB
+ * of a hugetlb mapping fails, or succeeds doing nothing. One bit per 4 MiB of address space
+ * (.bss, touched only where such memory lives) marks them; purges and remaps of marked ranges
+ * are refused, so a purge never claims that memory it did not clear reads as zero. */
+#define OS_PIN_BITS 47
+#define OS_PIN_CHUNKS ((size_t)1 << (OS_PIN_BITS - SM_SEGMENT_SHIFT))
+static _Atomic(uint64_t) os_pinned[OS_PIN_CHUNKS / 64];
+static _Atomic(size_t) os_pinned_chunks; /* while 0 (the usual case) a check is one load */
+
+static void os_set_pinned(const void *p, size_t size, bool on) {
+  if (size == 0 || (!on && atomic_load_explicit(&os_pinned_chunks, memory_order_relaxed) == 0)) return;
+  uintptr_t first = (uintptr_t)p >> SM_SEGMENT_SHIFT, last = ((uintptr_t)p + size - 1) >> SM_SEGMENT_SHIFT;
+  for (uintptr_t c = first; c <= last && c < OS_PIN_CHUNKS; c++) {
+    uint64_t bit = (uint64_t)1 << (c % 64);
+    if (on) {
+      if (!(atomic_fetch_or(&os_pinned[c / 64], bit) & bit)) atomic_fetch_add(&os_pinned_chunks, 1);
+    } else if (atomic_fetch_and(&os_pinned[c / 64], ~bit) & bit) {
+      atomic_fetch_sub(&os_pinned_chunks, 1);
+    }
+  }
+}
+
+static bool os_is_pinned(const void *p, size_t size) {
+  if (size == 0 || atomic_load_explicit(&os_pinned_chunks, memory_order_relaxed) == 0) return false;
+  uintptr_t first = (uintptr_t)p >> SM_SEGMENT_SHIFT, last = ((uintptr_t)p + size - 1) >> SM_SEGMENT_SHIFT;
+  for (uintptr_t c = first; c <= last && c < OS_PIN_CHUNKS; c++) {
+    if ((atomic_load_explicit(&os_pinned[c / 64], memory_order_relaxed) >> (c % 64)) & 1) return true;
+  }
+  return false;
+}
+
+bool smi_os_set_pinned(void *p, size_t size, bool on) {
+  if ((uintptr_t)p + size > ((uintptr_t)1 << OS_PIN_BITS)) return false; /* cannot be marked */
+  os_set_pinned(p, size, on);
+  return true;
+}
+bool smi_os_is_pinned(const void *p, size_t size) { return os_is_pinned(p, size); }
+
+bool smi_os_unprotect(void *p, size_t size) {
+  int saved = errno;
+  bool ok = mprotect(p, size, PROT_READ | PROT_WRITE) == 0;
+  errno = saved;
+  return ok;
+}
+
+/* ---- huge OS pages (hugetlb) ---- */
+#ifndef MAP_HUGETLB
+#define MAP_HUGETLB 0x40000
+#endif
+#ifndef MAP_HUGE_SHIFT
+#define MAP_HUGE_SHIFT 26
+#endif
+
+void *smi_os_reserve_aligned(size_t size, size_t alignment) {
+  return os_alloc_aligned(size, alignment, 0, PROT_NONE);
+}
+
+bool smi_os_map_hugetlb(void *p, size_t size, size_t page_size, int numa_node) {
+  if (!smi_is_power_of_two(page_size) || (((uintptr_t)p | size) & (page_size - 1)) != 0 || size == 0 ||
+      (uintptr_t)p + size > ((uintptr_t)1 << OS_PIN_BITS))
+    return false;
+  int saved = errno;
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_HUGETLB | (__builtin_ctzl(page_size) << MAP_HUGE_SHIFT);
+  /* no MAP_NORESERVE: the kernel takes the pages from the pool now (or fails now), so that no
+   * later page fault can fail with SIGBUS */
+  bool ok = mmap(p, size, PROT_READ | PROT_WRITE, flags, -1, 0) == p;
+  if (ok) {
+    if (numa_node >= 0) smi_os_numa_bind(p, size, numa_node); /* before the pages are faulted */
+    os_set_pinned(p, size, true);
+  }
+  errno = saved;
+  return ok;
+}
+
+static size_t os_hugetlb_read(size_t page_size, const char *file) {
+  char path[96], buf[32];
+  char *end = path + sizeof path, *s = os_append(path, end, "/sys/kernel/mm/hugepages/hugepages-");
+  s = os_append_uint(s, end, page_size >> 10);
+  s = os_append(s, end, "kB/");
+  os_append(s, end, file);
+  ssize_t n = os_read_text(path, buf, sizeof buf);
+  size_t v = 0;
+  for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++) v = v * 10 + (size_t)(buf[i] - '0');
+  return v;
+}
+
+/* free pages not yet promised to a mapping (reserved pages count as free until faulted in) */
+size_t smi_os_hugetlb_free(size_t page_size) {
+  int saved = errno;
+  size_t free = os_hugetlb_read(page_size, "free_hugepages"), resv = os_hugetlb_read(page_size, "resv_hugepages");
+  errno = saved;
+  return free > resv ? free - resv : 0;
+}
+
+/* ---- NUMA ----
+ * Nodes and each node's CPUs are read once from sysfs. The current node is asked for at most once
+ * per segment, and only on machines with two or more nodes; the cheapest source wins:
+ *   1. the rseq area glibc (>= 2.35) registers for every thread: its cpu_id is a plain load,
+ *      mapped to a node by the table read at start-up;
+ *   2. getcpu in the vDSO (x86-64), which returns the node itself, without entering the kernel;
+ *   3. the getcpu system call.
+ * bench/src/numa-node.c measures them (docs/api/os-memory.md). */
+#define OS_NUMA_MAX_CPUS 4096
+#define OS_NUMA_MAX_NODES 256 /* what the mbind mask below holds */
+static uint16_t os_cpu_node[OS_NUMA_MAX_CPUS]; /* node + 1; 0: unknown */
+static _Atomic(size_t) os_numa_detected = 1;   /* highest online node + 1 */
+static _Atomic(size_t) os_numa_used = 1;       /* capped by use_numa_nodes */
+static bool os_cpu_map_ok;                     /* every online node's cpulist was read */
+typedef long os_getcpu_fun(unsigned *cpu, unsigned *node, void *unused);
+static os_getcpu_fun *os_vdso_getcpu;
+
+#if defined(__GLIBC__) && (defined(__x86_64__) || defined(__aarch64__))
+#define OS_HAVE_RSEQ 1
+/* glibc >= 2.35; weak, so that older glibc (and static links that do not pull them in) work */
+extern const ptrdiff_t __rseq_offset __attribute__((weak));
+extern const unsigned int __rseq_size __attribute__((weak));
+static bool os_use_rseq;
+static inline const volatile int32_t *os_rseq_cpu_id(void) {
+  uintptr_t tp;
+#if defined(__x86_64__)
+  __asm__("mov %%fs:0, %0" : "=r"(tp));
+#else
+  __asm__("mrs %0, tpidr_el0" : "=r"(tp));
+#endif
+  return (const volatile int32_t *)(tp + (uintptr_t)__rseq_offset + 4); /* struct rseq: cpu_id_start, cpu_id */
+}
+#else
+#define OS_HAVE_RSEQ 0
+#endif
+
+/* getcpu in the vDSO: the kernel maps a small ELF image; look its dynamic symbols up by hand
+ * (dlsym would allocate, and static programs have none) */
+static void *os_vdso_sym(const char *name) {
+  uintptr_t base = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
+  if (base == 0) return NULL;
+  const Elf64_Ehdr *eh = (const Elf64_Ehdr *)base;
+  if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64) return NULL;
+  const Elf64_Phdr *ph = (const Elf64_Phdr *)(base + eh->e_phoff);
+  uintptr_t bias = 0, dyn_vaddr = 0;
+  bool have_load = false;
+  for (size_t i = 0; i < eh->e_phnum; i++) {
+    if (ph[i].p_type == PT_LOAD && !have_load) {
+      bias = base + ph[i].p_offset - ph[i].p_vaddr;
+      have_load = true;
+    } else if (ph[i].p_type == PT_DYNAMIC) {
+      dyn_vaddr = ph[i].p_vaddr;
+    }
+  }
+  if (!have_load || dyn_vaddr == 0) return NULL;
+  const Elf64_Sym *sym = NULL;
+  const char *str = NULL;
+  const uint32_t *hash = NULL, *gnu_hash = NULL;
+  for (const Elf64_Dyn *d = (const Elf64_Dyn *)(bias + dyn_vaddr); d->d_tag != DT_NULL; d++) {
+    if (d->d_tag == DT_SYMTAB) sym = (const Elf64_Sym *)(bias + d->d_un.d_ptr);
+    else if (d->d_tag == DT_STRTAB) str = (const char *)(bias + d->d_un.d_ptr);
+    else if (d->d_tag == DT_HASH) hash = (const uint32_t *)(bias + d->d_un.d_ptr);
+    else if (d->d_tag == DT_GNU_HASH) gnu_hash = (const uint32_t *)(bias + d->d_un.d_ptr);
+  }
+  if (sym == NULL || str == NULL) return NULL;
+  size_t count = 0;
+  if (hash != NULL) {
+    count = hash[1]; /* nchain: one entry per symbol */
+  } else if (gnu_hash != NULL) { /* the highest symbol index reachable from a bucket, + 1 */
+    uint32_t nbuckets = gnu_hash[0], symoffset = gnu_hash[1], bloom_words = gnu_hash[2];
+    const uint32_t *buckets = gnu_hash + 4 + 2 * (size_t)bloom_words, *chain = buckets + nbuckets;
+    uint32_t last = 0;
+    for (uint32_t b = 0; b < nbuckets; b++) if (buckets[b] > last) last = buckets[b];
+    if (last >= symoffset) {
+      while (!(chain[last - symoffset] & 1)) last++;
+      count = (size_t)last + 1;
+    } else {
+      count = symoffset;
+    }
+  }
+  for (size_t i = 0; i < count; i++) {
+    if (sym[i].st_shndx != SHN_UNDEF && ELF64_ST_TYPE(sym[i].st_info) == STT_FUNC && strcmp(str + sym[i].st_name, name) == 0)
+      return (void *)(bias + sym[i].st_value);
+  }
+  return NULL;
+}
+
+/* "0-3,8,10-11": sets map[i] = value for every listed i < map_len (map may be NULL) and *end to
+ * the highest listed + 1 (0 for an empty list). False for text that is not such a list. */
+bool smi_os_parse_list(const char *s, uint16_t *map, size_t map_len, uint16_t value, size_t *end) {
+  size_t max = 0;
+  *end = 0;
+  for (;;) {
+    while (*s == ',' || *s == ' ' || *s == '\n' || *s == '\t') s++;
+    if (*s == 0) break;
+    size_t range[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+      if (*s < '0' || *s > '9') return false;
+      while (*s >= '0' && *s <= '9') {
+        range[k] = range[k] * 10 + (size_t)(*s++ - '0');
+        if (range[k] > ((size_t)1 << 20)) return false; /* no machine has that many */
+      }
+      if (k == 0) {
+        if (*s != '-') { range[1] = range[0]; break; }
+        s++;
+      }
+    }
+    if (range[1] < range[0] || (*s != 0 && *s != ',' && *s != ' ' && *s != '\n' && *s != '\t')) return false;
+    for (size_t i = range[0]; i <= range[1] && i < map_len && map != NULL; i++) map[i] = value;
+    if (range[1] + 1 > max) max = range[1] + 1;
+  }
+  *end = max;
+  return true;
+}
+
+/* online: the text of /sys/devices/system/node/online (NULL: unknown, one node); cpulists[node]:
+ * that node's cpulist text (cpulists NULL: read sysfs). use_nodes > 0 caps the count. */
+bool smi_os_numa_setup(const char *online, const char *const *cpulists, long use_nodes) {
+  static uint16_t online_map[OS_NUMA_MAX_NODES]; /* static: only ever used at start-up (and by tests) */
+  size_t nodes = 0;
+  bool ok = online != NULL;
+  memset(online_map, 0, sizeof online_map);
+  if (ok) ok = smi_os_parse_list(online, online_map, OS_NUMA_MAX_NODES, 1, &nodes);
+  if (!ok || nodes == 0) nodes = 1;
+  memset(os_cpu_node, 0, sizeof os_cpu_node);
+  bool map_ok = ok;
+  for (size_t node = 0; node < nodes && map_ok; node++) {
+    if (node >= OS_NUMA_MAX_NODES) { map_ok = false; break; }
+    if (!online_map[node]) continue;
+    char buf[1024];
+    const char *list = NULL;
+    if (cpulists != NULL) {
+      list = cpulists[node];
+    } else {
+      char path[80], *end = path + sizeof path;
+      char *s = os_append(path, end, "/sys/devices/system/node/node");
+      s = os_append_uint(s, end, node);
+      os_append(s, end, "/cpulist");
+      if (os_read_text(path, buf, sizeof buf) >= 0) list = buf;
+    }
+    size_t unused;
+    if (list == NULL || !smi_os_parse_list(list, os_cpu_node, OS_NUMA_MAX_CPUS, (uint16_t)(node + 1), &unused) ||
+        unused > OS_NUMA_MAX_CPUS)
+      map_ok = false;
+  }
+  os_cpu_map_ok = map_ok;
+  size_t used = nodes;
+  if (use_nodes > 0 && (size_t)use_nodes < used) used = (size_t)use_nodes;
+  atomic_store_explicit(&os_numa_detected, nodes, memory_order_relaxed);
+  atomic_store_explicit(&os_numa_used, used, memory_order_relaxed);
+#if OS_HAVE_RSEQ
+  os_use_rseq = map_ok && &__rseq_size != NULL && &__rseq_offset != NULL && __rseq_size >= 8 && *os_rseq_cpu_id() >= 0;
+#endif
+  return ok;
+}
+
+void smi_os_numa_init(long use_nodes) {
+  int saved = errno;
+  os_vdso_getcpu = (os_getcpu_fun *)os_vdso_sym("__vdso_getcpu");
+  if (os_vdso_getcpu == NULL) os_vdso_getcpu = (os_getcpu_fun *)os_vdso_sym("__kernel_getcpu");
+  char online[256];
+  smi_os_numa_setup(os_read_text("/sys/devices/system/node/online", online, sizeof online) > 0 ? online : NULL, NULL,
+                    use_nodes);
+  errno = saved;
+}
+
+size_t smi_os_numa_count(void) { return atomic_load_explicit(&os_numa_used, memory_order_relaxed); }
+size_t smi_os_numa_detected(void) { return atomic_load_explicit(&os_numa_detected, memory_order_relaxed); }
+
+int smi_os_numa_node_of_cpu(unsigned cpu) {
+  if (cpu >= OS_NUMA_MAX_CPUS || os_cpu_node[cpu] == 0) return -1;
+  size_t node = os_cpu_node[cpu] - 1u, used = smi_os_numa_count();
+  return (int)(node < used ? node : node % used);
+}
+
+/* the cheapest source of (cpu, node) available: 0 rseq, 1 vDSO, 2 system call, -1 none */
+int smi_os_getcpu(unsigned *cpu, unsigned *node) {
+#if OS_HAVE_RSEQ
+  if (os_use_rseq) {
+    int32_t c = *os_rseq_cpu_id();
+    if (c >= 0 && c < OS_NUMA_MAX_CPUS && os_cpu_node[c] != 0) {
+      *cpu = (unsigned)c;
+      *node = os_cpu_node[c] - 1u;
+      return 0;
+    }
+  }
+#endif
+  if (os_vdso_getcpu != NULL && os_vdso_getcpu(cpu, node, NULL) == 0) return 1;
+  int saved = errno;
+  long r = syscall(SYS_getcpu, cpu, node, NULL);
+  errno = saved;
+  return r == 0 ? 2 : -1;
+}
+
+const char *smi_os_numa_method(void) {
+#if OS_HAVE_RSEQ
+  if (os_use_rseq) return "rseq cpu_id";
+#endif
+  return os_vdso_getcpu != NULL ? "vDSO getcpu" : "getcpu system call";
+}
+
+int smi_os_numa_node(void) {
+  size_t used = smi_os_numa_count();
+  if (sm_likely(used <= 1)) return 0;
+  unsigned cpu, node;
+  if (smi_os_getcpu(&cpu, &node) < 0) return 0;
+  return (int)(node < used ? node : node % used);
+}
+
+bool smi_os_numa_bind(void *p, size_t size, int node) {
+#ifdef SYS_mbind
+  if (node < 0 || node >= OS_NUMA_MAX_NODES) return false;
+  unsigned long mask[OS_NUMA_MAX_NODES / (8 * sizeof(unsigned long))] = {0};
+  mask[(size_t)node / (8 * sizeof(unsigned long))] = 1ul << ((size_t)node % (8 * sizeof(unsigned long)));
+  int saved = errno;
+  /* MPOL_PREFERRED (1): the node if it has memory, else another; never a failed fault */
+  long r = syscall(SYS_mbind, p, size, 1, mask, (unsigned long)OS_NUMA_MAX_NODES + 1, 0);
+  errno = saved;
+  return r == 0;
+#else
+  (void)p, (void)size, (void)node;
+  return false;
+#endif
 }

@@ -121,10 +121,14 @@ void smi_page_collect_remote(sm_page_t *page) {
 
 /* ---- statistics: refill accounting ----
  * Blocks are not counted one by one (that would cost the fast paths). Instead, when `free` is
- * refilled (it is empty then, so every block put on it last time was allocated) the page counts
- * stat_handed blocks as allocated and the blocks moving over from local_free (capacity - used,
- * all of them freed since the last refill) as freed. A page given back counts its rest. */
-#define SM_STATS_FLUSH_BYTES ((int64_t)1 << 20) /* a heap adds its figures to the totals this often */
+ * refilled from local_free it is empty, so every block put on it last time was allocated, and the
+ * n blocks moving over (capacity - used) were all freed since. A refill only adds n to the page's
+ * stat_freed and notes n in stat_handed; a fold (every SM_STATS_FOLD_BLOCKS blocks, and when the
+ * page is given back or synced) works the allocations out from the blocks carved and handed since
+ * the last fold, and adds both to the heap's figures. The heap adds its figures to the process
+ * totals every SM_STATS_FLUSH_BYTES. */
+#define SM_STATS_FOLD_BLOCKS 4096
+#define SM_STATS_FLUSH_BYTES ((int64_t)1 << 20)
 
 static uint32_t list_length(const sm_page_t *page, const sm_block_t *b) {
   uint32_t n = 0;
@@ -161,11 +165,30 @@ static void page_account(sm_page_t *page, int64_t allocated, int64_t freed) {
   if (d[0] + d[1] > SM_STATS_FLUSH_BYTES) smi_stats_heap_flush(heap);
 }
 
+/* blocks handed out since the last fold, except those still on `free` (the caller counts those) */
+static void page_fold(sm_page_t *page) {
+  int64_t allocated = (int64_t)page->stat_base_handed + page->stat_freed + (page->capacity - page->stat_base_capacity) -
+                      page->stat_handed;
+  page_account(page, allocated, page->stat_freed);
+  page->stat_freed = 0;
+  page->stat_base_handed = page->stat_handed;
+  page->stat_base_capacity = page->capacity;
+}
+
+/* a refill: the last list was used up, n blocks come back from local_free */
+static inline void page_refill_count(sm_page_t *page, uint32_t n) {
+  page->stat_freed = (uint16_t)(page->stat_freed + n);
+  page->stat_handed = (uint16_t)n;
+  if (sm_unlikely(page->stat_freed >= SM_STATS_FOLD_BLOCKS)) page_fold(page);
+}
+_Static_assert(SM_STATS_FOLD_BLOCKS + SM_SMALL_PAGE_SIZE / 8 <= UINT16_MAX, "stat_freed cannot overflow");
+
 /* the page goes back to its segment (or is destroyed): whatever is not on `free` counts as freed */
 void smi_stats_page_discard(sm_page_t *page) {
   uint32_t on_free = list_length(page, page->free);
+  page_fold(page);
   page_account(page, (int64_t)page->stat_handed - on_free, (int64_t)page->capacity - on_free);
-  page->stat_handed = 0;
+  page->stat_handed = page->stat_base_handed = 0;
 }
 
 /* count everything up to now, and put local_free in front of free so nothing is counted twice */
@@ -177,6 +200,7 @@ void smi_stats_page_sync(sm_page_t *page) {
     tail = b;
     on_local++;
   }
+  page_fold(page);
   page_account(page, (int64_t)page->stat_handed - on_free, on_local);
   if (tail != NULL) {
     smi_block_set_next(page, tail, page->free);
@@ -184,7 +208,7 @@ void smi_stats_page_sync(sm_page_t *page) {
     page->local_free = NULL;
     page->free_is_zero = false;
   }
-  page->stat_handed = on_free + on_local;
+  page->stat_handed = page->stat_base_handed = (uint16_t)(on_free + on_local);
 }
 
 void smi_stats_heap_sync(sm_heap_t *heap) {
@@ -198,8 +222,7 @@ void smi_page_collect(sm_page_t *page) {
   if (smi_tf_block(atomic_load_explicit(&page->thread_free, memory_order_relaxed)) != NULL)
     smi_page_collect_remote(page);
   if (page->local_free != NULL && page->free == NULL) {
-    page_account(page, page->stat_handed, (int64_t)page->capacity - page->used);
-    page->stat_handed = page->capacity - page->used;
+    page_refill_count(page, page->capacity - page->used);
     page->free = page->local_free;
     page->local_free = NULL;
     page->free_is_zero = false;
@@ -234,33 +257,32 @@ static void page_extend(sm_page_t *page) {
 #if SM_SECURE
   if (extend > 1) { /* link the new blocks in a random order: a stride coprime to their count */
     uint64_t r = smi_heap_random(smi_page_heap(page));
-    size_t start = r % extend, stride = 1 + (size_t)(r >> 32) % (extend - 1);
+    size_t idx = r % extend, stride = 1 + (size_t)(r >> 32) % (extend - 1);
     while (gcd(stride, extend) != 1) stride = stride % (extend - 1) + 1; /* stride 1 always qualifies */
-    sm_block_t *head = NULL, *prev = NULL;
-    for (size_t k = 0; k < extend; k++) {
-      sm_block_t *b = (sm_block_t *)(first + ((start + k * stride) % extend) * bsize);
-      if (prev != NULL) smi_block_set_next(page, prev, b);
-      else head = b;
+    sm_block_t *head = (sm_block_t *)(first + idx * bsize), *prev = head;
+    for (size_t k = 1; k < extend; k++) {
+      idx += stride; /* (r % extend + k * stride) % extend, without a division: stride < extend */
+      if (idx >= extend) idx -= extend;
+      sm_block_t *b = (sm_block_t *)(first + idx * bsize);
+      smi_block_set_next(page, prev, b);
       prev = b;
     }
     smi_block_set_next(page, prev, NULL);
     smi_track_noaccess(first, extend * bsize);
-    page_account(page, page->stat_handed, 0);
-    page->stat_handed = (uint32_t)extend;
+    page->stat_handed = (uint16_t)extend;
     page->free = head;
     page->free_is_zero = page->mem_is_zero;
-    page->capacity += (uint32_t)extend;
+    page->capacity = (uint16_t)(page->capacity + extend);
     return;
   }
 #endif
   for (uint8_t *b = first; b < last; b += bsize) smi_block_set_next(page, (sm_block_t *)b, (sm_block_t *)(b + bsize));
   smi_block_set_next(page, (sm_block_t *)last, NULL);
   smi_track_noaccess(first, extend * bsize); /* not the program's until allocated */
-  page_account(page, page->stat_handed, 0);
-  page->stat_handed = (uint32_t)extend;
+  page->stat_handed = (uint16_t)extend;
   page->free = (sm_block_t *)first;
   page->free_is_zero = page->mem_is_zero && !SM_DEBUG;
-  page->capacity += (uint32_t)extend;
+  page->capacity = (uint16_t)(page->capacity + extend);
 }
 
 void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t area) {
@@ -272,8 +294,8 @@ void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t a
   page->retire_ticks = 0;
   page->block_size = block_size;
   page->capacity = 0;
-  page->stat_handed = 0;
-  page->reserved = (uint32_t)(area / block_size);
+  page->stat_handed = page->stat_freed = page->stat_base_handed = page->stat_base_capacity = 0;
+  page->reserved = (uint16_t)(area / block_size);
   atomic_store_explicit(&page->thread_free, smi_tf_make(NULL, SM_DELAY_NONE), memory_order_relaxed);
   atomic_store_explicit(&page->heap, heap, memory_order_release);
 #if SM_SECURE
@@ -420,11 +442,15 @@ void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero) {
    * state that the purger never touches, so no lock) */
   sm_page_t *page = size <= SM_LARGE_OBJ_MAX ? heap->pages[bin].first : NULL;
   if (page != NULL && page->free != NULL) return page_pop_zero(page, size, zero);
-  if (heap->locked_access) return malloc_generic_locked(heap, size, bin, zero); /* the caller holds the lock */
-  smi_deferred_free(heap, false);
-  smi_heap_lock(heap);
+  bool lock = !heap->locked_access; /* a locked part's caller holds its lock already */
+  if (lock) {
+    smi_deferred_free(heap, false);
+    smi_heap_lock(heap);
+  }
   void *p = malloc_generic_locked(heap, size, bin, zero);
-  smi_heap_unlock(heap);
-  smi_purger_maybe_start();
+  if (lock) {
+    smi_heap_unlock(heap);
+    smi_purger_maybe_start();
+  }
   return p;
 }

@@ -160,7 +160,7 @@ static void segment_cache_sweep(uint64_t now, bool force) {
     bool multi = segment->map_size > SM_SEGMENT_SIZE;
     uint64_t due = segment->purge_at;
     bool expired = force || (!segment->purged && due <= now);
-    if (expired && (force || multi)) {
+    if (expired && (force || multi || smi_mem_is_pinned(segment))) {
       segment_os_free(segment);
       continue;
     }
@@ -182,8 +182,8 @@ static void segment_cache_sweep(uint64_t now, bool force) {
 static void segment_cache_release(sm_segment_t *segment, uint64_t now) {
   long delay = smi_option(sm_option_purge_delay);
   atomic_store_explicit(&segment->thread_id, 0, memory_order_relaxed);
-  bool purged = delay < 0; /* never purge: count it as done */
-  uint64_t purge_at = now + (uint64_t)(delay < 0 ? 0 : delay);
+  bool purged = false; /* its memory still holds what was there (not zero) */
+  uint64_t purge_at = delay < 0 ? UINT64_MAX : now + (uint64_t)delay; /* -1: never purged */
   segment->purged = purged;
   segment->purge_at = purge_at;
   if (delay == 0 || !segment_cache_push(segment)) {
@@ -204,11 +204,11 @@ void smi_segment_cache_sweep_due(void) {
 
 /* When the OS refuses (address space exhausted, RLIMIT_AS), give back the cached address space
  * and try once more before reporting ENOMEM. */
-static void *os_alloc_or_flush(size_t size, size_t alignment, size_t offset) {
-  void *p = smi_mem_alloc(size, alignment, offset);
+static void *os_alloc_or_flush(size_t size, size_t alignment, size_t offset, bool avoid_pinned, bool *zero) {
+  void *p = smi_mem_alloc_ex(size, alignment, offset, avoid_pinned, zero);
   if (p == NULL && atomic_load_explicit(&segment_cache_count, memory_order_relaxed) > 0) {
     smi_segment_cache_flush();
-    p = smi_mem_alloc(size, alignment, offset);
+    p = smi_mem_alloc_ex(size, alignment, offset, avoid_pinned, zero);
   }
   return p;
 }
@@ -236,6 +236,7 @@ static void purge_list_remove(sm_tld_t *tld, sm_page_t *page) {
 
 /* now: the purge time, kept (in purge_at) to notice a page that is reused right after its purge */
 static void page_purge(sm_segment_t *segment, sm_page_t *page, uint64_t now) {
+  if (smi_mem_is_pinned(segment)) return; /* huge OS pages: cannot be purged */
   smi_stat_inc(SM_STAT_PAGE_PURGE);
   page->purge_at = now;
   size_t area = page_area(segment, page);
@@ -249,9 +250,9 @@ static void page_purge(sm_segment_t *segment, sm_page_t *page, uint64_t now) {
 
 /* Adaptive purge delay: a purged page that is taken again within one delay means the program
  * frees and reuses memory in a rhythm slower than the delay, so each purge costs a round of page
- * faults for nothing. The thread's delay then doubles (up to 8x); a second without such a reuse
- * halves it again. */
-#define SM_PURGE_SCALE_MAX 8
+ * faults for nothing. The thread's delay then doubles, up to 4x (8x raised mstress's peak RSS by
+ * about 10%); a second without such a reuse halves it again. */
+#define SM_PURGE_SCALE_MAX 4
 #define SM_PURGE_SCALE_DECAY_MS 1000
 
 static uint64_t purge_delay_of(sm_tld_t *tld) {
@@ -345,9 +346,9 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
     smi_mem_unpurged(segment->purged_bytes); /* its header is rewritten below */
   } else {
     smi_stat_inc(SM_STAT_SEGMENT_MAP);
-    segment = os_alloc_or_flush(SM_SEGMENT_SIZE, SM_SEGMENT_SIZE, 0);
+    segment = os_alloc_or_flush(SM_SEGMENT_SIZE, SM_SEGMENT_SIZE, 0,
+                                (long)tld->segment_count < smi_option(sm_option_eager_commit_delay), &zero);
     if (segment == NULL) return NULL;
-    zero = true;
     segment_map_set(segment, true);
     segment_protect(segment, SM_SEGMENT_SIZE);
     if (smi_option(sm_option_allow_large_os_pages)) smi_os_use_large_pages(segment, SM_SEGMENT_SIZE);
@@ -490,7 +491,7 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
     }
   }
   if (segment == NULL) {
-    segment = os_alloc_or_flush(map_size, align, align == SM_SEGMENT_SIZE ? 0 : offset);
+    segment = os_alloc_or_flush(map_size, align, align == SM_SEGMENT_SIZE ? 0 : offset, false, &mem_zero);
     if (segment == NULL) return smi_enomem();
     segment_protect(segment, map_size);
     if (smi_option(sm_option_populate)) smi_os_populate(segment, map_size - SM_GUARD_SIZE);

@@ -98,9 +98,11 @@ struct sm_segment_s;
 
 /* ---- pages: blocks of one size; lives in its segment's header ---- */
 typedef struct sm_page_s {
-  /* fast-path fields first: malloc touches free/used, free touches local_free/used/flags */
+  /* fast-path fields first: malloc touches free/used, free touches local_free/used/flags.
+   * Block counts fit 16 bits (a page holds at most SM_SMALL_PAGE_SIZE / 8 blocks); keeping them
+   * small keeps a page descriptor at 96 bytes (free's fast path multiplies by it). */
   sm_block_t *free;     /* malloc pops from here */
-  uint32_t used;        /* blocks handed out, not yet back on free or local_free */
+  uint16_t used;        /* blocks handed out, not yet back on free or local_free */
   union {
     uint16_t all; /* free's fast path tests both flags at once */
     struct {
@@ -110,21 +112,23 @@ typedef struct sm_page_s {
   } flags;
   uint8_t free_is_zero; /* every block on `free` is zero past its first word */
   uint8_t retire_ticks; /* 1: an empty page kept alive until heap->slow_calls reaches purge_at */
+  uint8_t bin;
+  uint8_t is_purged;    /* the page's memory was given back and not used since (stats) */
   sm_block_t *local_free; /* frees by the owning thread */
   _Atomic(uintptr_t) thread_free; /* frees by other threads: block pointer | sm_delay_t */
   size_t block_size;
-  uint32_t capacity; /* blocks carved out so far (free lists are built lazily) */
-  uint32_t stat_handed; /* stats: blocks put on `free` whose allocation is not counted yet */
-  uint32_t reserved; /* blocks that fit the page */
+  uint16_t capacity;    /* blocks carved out so far (free lists are built lazily) */
+  uint16_t reserved;    /* blocks that fit the page */
+  /* refill accounting (page.c): blocks on `free` at its last refill, blocks freed since the
+   * last fold, and the values the last fold left */
+  uint16_t stat_handed, stat_freed, stat_base_handed, stat_base_capacity;
+  uint8_t in_use;       /* handed out by its segment */
+  uint8_t mem_is_zero;  /* the page's memory is known zero (fresh or purged) */
+  uint8_t purge_pending;
   _Atomic(struct sm_heap_s *) heap; /* owner heap; NULL while abandoned */
   uintptr_t start_;     /* first block: use smi_page_start (hidden from valgrind's leak scan) */
   struct sm_page_s *next, *prev; /* in a heap page queue, or in the tld purge list when unused */
   uint64_t purge_at;    /* unused page: ms at which it is purged; retired page: slow call at which it goes */
-  uint8_t in_use;       /* handed out by its segment */
-  uint8_t mem_is_zero;  /* the page's memory is known zero (fresh or purged) */
-  uint8_t purge_pending;
-  uint8_t is_purged;    /* the page's memory was given back and not used since (stats) */
-  uint8_t bin;
 #if SM_SECURE
   uintptr_t keys[2]; /* free-list pointer encoding */
 #endif
@@ -232,5 +236,7 @@ _Static_assert(sizeof(sm_block_t) == SM_INTPTR_SIZE, "a free block holds one poi
 _Static_assert(sizeof(void *) == 8, "64-bit platforms only");
 _Static_assert(SM_DIRECT_MAX <= SM_SMALL_OBJ_MAX, "direct sizes are small");
 _Static_assert(offsetof(sm_page_t, free) == 0, "free list first: one load on the fast path");
+_Static_assert(SM_SMALL_PAGE_SIZE / 8 <= UINT16_MAX, "block counts of a page fit 16 bits");
+_Static_assert(sizeof(sm_page_t) == 96 + 16 * SM_SECURE, "page descriptors stay small");
 
 #endif

@@ -13,4 +13,5 @@
 #include "alloc.c"
 #include "init.c"
 #include "purge.c"
+#include "posix.c"
 #include "override.c"

@@ -25,7 +25,12 @@ c_names="malloc free calloc realloc reallocarray aligned_alloc posix_memalign me
 libc_names="__libc_malloc __libc_free __libc_calloc __libc_realloc __libc_memalign __libc_valloc __libc_pvalloc"
 sm_names="sm_malloc sm_calloc sm_realloc sm_free sm_malloc_small sm_zalloc sm_mallocn sm_reallocn sm_reallocf
   sm_usable_size sm_good_size sm_malloc_aligned sm_zalloc_aligned sm_calloc_aligned sm_realloc_aligned
-  sm_malloc_aligned_at sm_strdup sm_strndup sm_realpath sm_version sm_collect sm_check_owned"
+  sm_malloc_aligned_at sm_strdup sm_strndup sm_realpath sm_version sm_collect sm_check_owned
+  sm_rezalloc sm_recalloc sm_expand sm_zalloc_small sm_posix_memalign sm_aligned_alloc sm_reallocarr
+  sm_heap_new sm_heap_delete sm_heap_destroy sm_heap_set_default sm_heap_malloc sm_heap_visit_blocks
+  sm_option_get sm_option_set sm_stats_print_out sm_stats_get_json sm_process_info
+  sm_register_deferred_free sm_thread_done sm_process_done sm_is_redirected sm_reserve_os_memory
+  sm_new sm_new_nothrow sm_new_aligned sm_heap_alloc_new"
 # operator new/delete: plain, array, nothrow, sized, aligned, aligned+nothrow, sized+aligned
 cxx_names="_Znwm _Znam _ZnwmRKSt9nothrow_t _ZnamRKSt9nothrow_t
   _ZdlPv _ZdaPv _ZdlPvm _ZdaPvm _ZdlPvRKSt9nothrow_t _ZdaPvRKSt9nothrow_t

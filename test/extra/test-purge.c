@@ -535,7 +535,7 @@ static void case_adaptive(void) {
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|thread-churn|delay-0|delay-never|madv-free|no-background|background|huge-realloc\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|thread-churn|delay-0|delay-never|madv-free|no-background|background|huge-realloc|prefault|adaptive\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
