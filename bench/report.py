@@ -1,5 +1,6 @@
 """Summaries and Markdown for bench/run: medians, ratios against the reference allocator,
-geometric means, the SHSH grid, the microbenchmark table, losses and failures."""
+geometric means, the SHSH grid, the microbenchmark table, the memory-over-time table, losses and
+failures."""
 import csv
 import math
 import statistics
@@ -57,23 +58,26 @@ def summarize(meta, allocs, wls, runs, ref):
     geo = {}
     for a in order:
         tr = [summary[w["name"]][a].get("time_ratio") for w in wls
-              if w["group"] != "micro" and a in summary[w["name"]]]
+              if w["group"] not in WL.SEPARATE_GROUPS and a in summary[w["name"]]]
         rr = [summary[w["name"]][a].get("rss_ratio") for w in wls
-              if w["group"] != "micro" and a in summary[w["name"]]]
+              if w["group"] not in WL.SEPARATE_GROUPS and a in summary[w["name"]]]
         fails = sum(1 for w in wls if a in summary[w["name"]] and summary[w["name"]][a]["status"] != "ok")
         geo[a] = {"time": geomean(tr), "rss": geomean(rr), "n": len([x for x in tr if x]), "failures": fails}
-    # keep the file small: the exact command line is kept for failed runs (runs.jsonl has all)
+    # keep the file small: the exact command line is kept for failed runs (runs.jsonl has all),
+    # the RSS samples go to memtime.csv
     slim = []
     for r in runs:
         r = dict(r)
         if r["status"] == "ok":
             r.pop("cmd", None)
+        if "memtime" in r:
+            r["memtime"] = {k: v for k, v in r["memtime"].items() if k != "samples"}
         for k in ("wall", "value"):
             if isinstance(r.get(k), float):
                 r[k] = float("%.6g" % r[k])
         slim.append(r)
     return {"meta": meta, "allocators": allocs, "order": order, "reference": ref, "workloads": wls,
-            "runs": slim, "summary": summary, "geomean": geo}
+            "runs": slim, "summary": summary, "geomean": geo, "memtime": memtime_summary(wls, runs, order)}
 
 
 def write_csv(data, path):
@@ -129,7 +133,7 @@ def table(headers, rows, align=None):
 
 
 def main_workloads(data):
-    return [w for w in data["workloads"] if w["group"] != "micro"]
+    return [w for w in data["workloads"] if w["group"] not in WL.SEPARATE_GROUPS]
 
 
 def wlabel(w, data):
@@ -262,6 +266,160 @@ def micro_table(data):
     return "\n\n".join(out) + "\n\nRatios here are throughput ratios: above 1× is faster than the compared allocator."
 
 
+# ---- memory over time -------------------------------------------------------------------------
+
+HALF = 0.5  # "gave back": RSS below half of the burst's peak
+
+
+def memtime_metrics(series, phases):
+    """From one run's RSS samples ([ms, KiB]) and phases (ms): per phase (each cycle, then the
+    final free), the burst's peak RSS, the RSS at the start and the end of the idle phase, and how
+    long after the last free() returned the RSS fell below half of that peak (0 = already during
+    the frees, None = not within the idle phase)."""
+    if not series:
+        return {}
+    out = {"peak_kib": max(k for _, k in series), "per_phase": []}
+    for p in phases:
+        start, idle, end = p.get("alloc", p["free"]), p["idle"], p["end"]
+        burst = [k for t, k in series if start <= t <= idle]
+        in_idle = [k for t, k in series if idle <= t <= end]
+        e = {"cycle": p["cycle"], "burst_peak_kib": max(burst) if burst else None,
+             "idle_start_kib": in_idle[0] if in_idle else None,
+             "idle_end_kib": in_idle[-1] if in_idle else None, "t50_ms": None}
+        if burst:
+            below = [t for t, k in series if p["free"] <= t <= end and k < HALF * e["burst_peak_kib"]]
+            if below:
+                e["t50_ms"] = round(max(0.0, below[0] - idle), 1)
+        out["per_phase"].append(e)
+    return out
+
+
+def memtime_summary(wls, runs, order):
+    """Per memory-over-time workload: the program's live bytes and, per allocator, the medians
+    over the repetitions and the repetition to plot (the one with the median mean RSS)."""
+    out = {}
+    for w in wls:
+        if w["group"] != "memtime":
+            continue
+        per = {}
+        live = None
+        for a in order:
+            rs = [r for r in runs if r["workload"] == w["name"] and r["allocator"] == a
+                  and r["status"] == "ok" and r.get("memtime", {}).get("phases")]
+            if not rs:
+                continue
+            if live is None:
+                live = [{"cycle": p["cycle"], "live_peak": p["live_peak"], "live_kept": p["live_kept"]}
+                        for p in rs[0]["memtime"]["phases"]]
+            mts = [r["memtime"] for r in rs]
+            nph = min(len(m["per_phase"]) for m in mts)
+            idle_end, idle_drop, t50 = [], [], []
+            for i in range(nph):
+                ps = [m["per_phase"][i] for m in mts if m["per_phase"][i]["idle_end_kib"] is not None]
+                idle_end.append(statistics.median(p["idle_end_kib"] for p in ps) if ps else None)
+                idle_drop.append(statistics.median(p["idle_start_kib"] - p["idle_end_kib"] for p in ps) if ps else None)
+                # "never" counts as the longest; median_low keeps a value some run really had
+                ts = [m["per_phase"][i]["t50_ms"] for m in mts]
+                t = statistics.median_low([x if x is not None else math.inf for x in ts])
+                t50.append(None if t == math.inf else t)
+            means = []
+            for r in rs:
+                ks = [k for _, k in r["memtime"].get("samples", [])]
+                means.append((sum(ks) / len(ks) if ks else 0, r["rep"]))
+            plot_rep = sorted(means)[(len(means) - 1) // 2][1]
+            per[a] = {"n": len(rs), "peak_kib": statistics.median(r["rss_kb"] for r in rs),
+                      "idle_end_kib": idle_end, "idle_drop_kib": idle_drop, "t50_ms": t50, "plot_rep": plot_rep}
+        out[w["name"]] = {"live": live, "per": per}
+    return out
+
+
+def write_memtime_csv(runs, path):
+    """Every RSS sample of every memory-over-time run (the JSON keeps only the phases)."""
+    n = 0
+    with open(path, "w", newline="") as f:
+        wr = csv.writer(f)
+        wr.writerow(["workload", "allocator", "rep", "ms", "rss_kib"])
+        for r in runs:
+            for ms, kib in r.get("memtime", {}).get("samples", []):
+                wr.writerow([r["workload"], r["allocator"], r["rep"], ms, kib])
+                n += 1
+    return n
+
+
+def fmt_t50(t):
+    if t is None:
+        return "never"
+    return "during the frees" if t == 0 else "%.0f ms" % t
+
+
+def fmt_idle_end(kib, drop):
+    """RSS at the end of an idle phase and, when it gave back 1 MiB or more, how much it gave
+    back during that phase."""
+    if kib is None:
+        return "-"
+    return "%.1f" % (kib / 1024.0) + (" (−%.0f)" % (drop / 1024.0) if drop is not None and drop >= 1024 else "")
+
+
+def memtime_tables(data):
+    mt = data.get("memtime") or {}
+    out = []
+    for w in data["workloads"]:
+        m = mt.get(w["name"])
+        if not m or not m["per"]:
+            continue
+        cycles = [p["cycle"] for p in (m["live"] or [])]
+        ncyc = len([c for c in cycles if c != "final"])
+        heads = (["allocator", "peak RSS"] + ["end of idle %d" % (i + 1) for i in range(ncyc)]
+                 + ["end of final idle"]
+                 + ["below ½ of the burst's peak after the free (cycle %s / final)"
+                    % " / ".join(str(i + 1) for i in range(ncyc))])
+        live = m["live"]
+        rows = [["*live data (the program's)*", "*%.1f*" % (max(p["live_peak"] for p in live) / 1048576.0)]
+                + ["*%.1f*" % (p["live_kept"] / 1048576.0) for p in live] + [""]]
+        for a in data["order"]:
+            e = m["per"].get(a)
+            if not e:
+                st = data["summary"][w["name"]].get(a)
+                if st:
+                    rows.append([a, fail_cell(st)] + [""] * (len(heads) - 2))
+                continue
+            rows.append([a, "%.1f" % (e["peak_kib"] / 1024.0)]
+                        + [fmt_idle_end(k, d) for k, d in zip(e["idle_end_kib"], e["idle_drop_kib"])]
+                        + [" / ".join(fmt_t50(t) for t in e["t50_ms"])])
+        out.append("**%s** (MiB; %s)\n\n" % (w["name"], w["desc"]) + table(heads, rows))
+    return "\n\n".join(out)
+
+
+def memtime_md(data, charts, prefix=""):
+    """The body of the memory-over-time section (no heading), or "" when it did not run."""
+    mt = data.get("memtime") or {}
+    if not any(m["per"] for m in mt.values()):
+        return ""
+    meta = data["meta"]
+    reps = sorted({e["n"] for m in mt.values() for e in m["per"].values()})
+    shard = ["%s %s" % (a["name"], a["version"]) for a in data["allocators"]
+             if a["name"].startswith("shardmalloc") and a["name"] in data["order"]]
+    parts = ["Resident memory sampled every 5 ms (`/proc/PID/statm`, by the `measure` helper) while "
+             "`bench/src/bursts.c` allocates in bursts and then sleeps: who gives memory back, and how fast. "
+             "Run of %s (`%s`%s), %s run(s) per allocator; the chart shows each allocator's run with the "
+             "median mean RSS, the table the medians." % (meta["date"], meta["command"],
+                                                             "; " + ", ".join(shard) if shard else "",
+                                                             "–".join(str(x) for x in reps))]
+    if "memtime.svg" in charts or "memtime.png" in charts:
+        parts.append("![RSS over time](%s%s)" % (prefix, "memtime.svg" if "memtime.svg" in charts else "memtime.png"))
+    parts.append(memtime_tables(data))
+    parts.append("Peak RSS is `ru_maxrss`. *End of idle* is the last sample before the program wakes up "
+                 "again, with in parentheses what the allocator gave back while the program slept (from the "
+                 "first sample of the idle phase, when 1 MiB or more); the live-data row is what the program "
+                 "itself holds at those points. The last column is the time from the return of the last "
+                 "`free()` of the cycle to the first sample below half of that cycle's peak RSS (“during the "
+                 "frees”: it fell that low before they were done; “never”: not within the idle phase, "
+                 "%d ms, %d ms for the final one). RSS counts pages given back with `MADV_FREE` until the "
+                 "kernel needs them, so an allocator that frees lazily would look here as if it kept the "
+                 "memory (which, for anyone watching RSS, it does)." % (WL.BURSTS_IDLE_MS, WL.BURSTS_FINAL_IDLE_MS))
+    return "\n\n".join(parts)
+
+
 def losses(data):
     """(workload, peer, kind, shard value, peer value, how much worse) where shardmalloc loses."""
     ref = data["reference"]
@@ -279,7 +437,8 @@ def losses(data):
             e = per.get(a)
             if not e or e["status"] != "ok":
                 continue
-            if s["time"] > e["time"] * (1 + LOSS_TIME):
+            # the memory-over-time workloads mostly sleep: their time says nothing
+            if w["group"] != "memtime" and s["time"] > e["time"] * (1 + LOSS_TIME):
                 out.append((w, a, "time", s, e, s["time"] / e["time"] - 1))
             if e["rss_kb"] and s["rss_kb"] > e["rss_kb"] * (1 + LOSS_RSS):
                 out.append((w, a, "rss", s, e, s["rss_kb"] / e["rss_kb"] - 1))
@@ -397,6 +556,9 @@ def markdown(data, charts=()):
     m = micro_table(data)
     if m:
         parts += ["## Microbenchmark", m]
+    mt = memtime_md(data, charts)
+    if mt:
+        parts += ["## Memory over time", mt]
     parts += ["## Where %s loses" % ref,
               "Every (workload, peer) where %s is more than 3%% slower or uses more than 10%% more peak RSS." % ref,
               losses_md(data),
@@ -407,10 +569,12 @@ def markdown(data, charts=()):
 
 def console_summary(data):
     ref = data["reference"]
-    lines = ["%-22s %14s %14s %9s" % ("allocator", "time vs " + ref[:6], "rss vs " + ref[:6], "failures")]
-    for a in data["order"]:
-        g = data["geomean"][a]
-        lines.append("%-22s %14s %14s %9s" % (a, fmt_ratio(g["time"]), fmt_ratio(g["rss"]), g["failures"] or ""))
+    lines = []
+    if main_workloads(data):  # else only separately reported groups ran: no geometric means
+        lines.append("%-22s %14s %14s %9s" % ("allocator", "time vs " + ref[:6], "rss vs " + ref[:6], "failures"))
+        for a in data["order"]:
+            g = data["geomean"][a]
+            lines.append("%-22s %14s %14s %9s" % (a, fmt_ratio(g["time"]), fmt_ratio(g["rss"]), g["failures"] or ""))
     bad = {}
     for r in data["runs"]:
         if r["status"] != "ok":
@@ -422,13 +586,57 @@ def console_summary(data):
             per = data["summary"][w["name"]]
             lines.append("%s (Mpairs/s, median): " % w["name"] + ", ".join(
                 "%s %.1f" % (a, per[a]["value"]) for a in data["order"] if a in per and per[a].get("value")))
+    for name, m in (data.get("memtime") or {}).items():
+        lines.append("%s, RSS at the end of each idle phase (MiB, median): " % name + "; ".join(
+            "%s %s" % (a, "/".join("%.0f" % (k / 1024.0) if k is not None else "-" for k in e["idle_end_kib"]))
+            for a, e in m["per"].items()))
     ls = losses(data)
     if ls:
         lines.append("%s loses (>3%% time / >10%% RSS) in %d (workload, peer) pairs; see the report" % (ref, len(ls)))
     return "\n".join(lines)
 
 
-def docs_page(data, charts, prefix):
+MT_BEGIN = "<!-- memtime:begin (generated by bench/run --publish) -->"
+MT_READING = "<!-- memtime:reading (written by hand; bench/run --publish keeps it) -->"
+MT_END = "<!-- memtime:end -->"
+
+
+def memtime_section(data, charts, prefix, reading=""):
+    """The docs page's memory-over-time section between markers, so that a publish of just this
+    part can replace it in place and a hand-written reading of the chart survives republishing."""
+    body = memtime_md(data, charts, prefix)
+    if not body:
+        return ""
+    return "\n\n".join([MT_BEGIN, "## Memory over time", body,
+                         "Per-sample data: [memtime.csv](%smemtime.csv); phases and per-run numbers: "
+                         "[memtime.json](%smemtime.json)." % (prefix, prefix),
+                         MT_READING, reading.strip() or "_No reading written for this run yet._", MT_END])
+
+
+def find_memtime_section(page):
+    """(the whole section, the hand-written reading) of a docs page, or ("", "")."""
+    i, j = page.find(MT_BEGIN), page.find(MT_END)
+    if i < 0 or j < i:
+        return "", ""
+    section = page[i:j + len(MT_END)]
+    k = section.find(MT_READING)
+    reading = section[k + len(MT_READING):-len(MT_END)].strip() if k >= 0 else ""
+    if reading.startswith("_No reading written"):
+        reading = ""
+    return section, reading
+
+
+def replace_memtime_section(page, section):
+    old, _ = find_memtime_section(page)
+    if old:
+        return page.replace(old, section)
+    k = page.find("\n## Allocators")
+    if k < 0:
+        return page.rstrip("\n") + "\n\n" + section + "\n"
+    return page[:k + 1] + section + "\n\n" + page[k + 1:]
+
+
+def docs_page(data, charts, prefix, memtime=""):
     meta = data["meta"]
     ref = data["reference"]
     groups = []
@@ -493,6 +701,7 @@ def docs_page(data, charts, prefix):
         "### Failures", failures_md(data),
         "Full tables with min–max spreads: [report.md](%sreport.md); raw runs: [results.json](%sresults.json), "
         "[results.csv](%sresults.csv)." % (prefix, prefix, prefix),
+    ] + ([memtime] if memtime else []) + [
         "## Allocators", allocators_md(data),
         "## Workloads",
         "All synthetic workloads are small C programs in `bench/src/`, written for this suite from the "
@@ -527,6 +736,7 @@ def docs_page(data, charts, prefix):
         "bench/run --quick               # representative subset, < 5 minutes on 2 cores\n"
         "bench/run                       # everything (%s)\n"
         "bench/run --only micro          # just the microbenchmark\n"
+        "bench/run --only memtime        # just the memory-over-time chart (--publish then updates only its section)\n"
         "bench/run --only larson-N,shsh --allocators glibc,shardmalloc --reps 5\n"
         "bench/run --threads 1,2 --nthreads 4\n"
         "bench/run --alloc mine=/path/to/libmine.so     # add any preloadable allocator\n"

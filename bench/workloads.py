@@ -13,14 +13,17 @@ import shutil
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # groups, in report order
-GROUPS = ["shsh", "stress", "kernel", "real", "micro"]
+GROUPS = ["shsh", "stress", "kernel", "real", "micro", "memtime"]
 GROUP_TITLES = {
     "shsh": "Scalable High Speed Heap workloads",
     "stress": "Allocator stress tests",
     "kernel": "Single-threaded compute kernels",
     "real": "Real programs",
     "micro": "Microbenchmark",
+    "memtime": "Memory over time",
 }
+# groups with their own tables, left out of the ratio tables, geometric means and bar charts
+SEPARATE_GROUPS = ("micro", "memtime")
 
 SHSH_WORKLOADS = ["simple", "isolated", "swing", "unidirectional", "bidirectional", "chain"]
 SHSH_SINGLE = ["simple", "isolated", "swing"]  # the post's single-threaded set
@@ -57,7 +60,7 @@ def sc(ctx, n, minimum=1):
 class Workload:
     def __init__(self, name, group, desc, argv, metric="time", unit="s", quick=False, env=None,
                  stdin=None, check=None, prepare=None, kind="process", family=None, threads=None,
-                 needs=(), note_glibc=None, timeout=300):
+                 needs=(), note_glibc=None, timeout=300, sample_ms=None):
         self.name = name
         self.group = group
         self.desc = desc
@@ -75,6 +78,7 @@ class Workload:
         self.needs = needs        # Debian packages the workload needs
         self.note_glibc = note_glibc
         self.timeout = timeout
+        self.sample_ms = sample_ms  # sample the RSS every sample_ms (the memory-over-time chart)
 
     @property
     def higher_is_better(self):
@@ -384,6 +388,29 @@ def z3_check(ctx, out, err):
     return None
 
 
+BURSTS_CYCLES, BURSTS_IDLE_MS, BURSTS_FINAL_IDLE_MS = 3, 300, 500
+
+
+def bursts_mib(ctx):
+    return sc(ctx, 256, 16)
+
+
+def parse_phases(out):
+    """The PHASE lines of bench/src/bursts.c: a list of dicts, times in CLOCK_MONOTONIC seconds."""
+    phases = []
+    for m in re.finditer(r"^PHASE (.*)$", out, re.M):
+        d = dict(kv.split("=", 1) for kv in m.group(1).split())
+        phases.append({k: (v if k == "cycle" else float(v) if "." in v else int(v)) for k, v in d.items()})
+    return phases
+
+
+def bursts_check(ctx, out, err):
+    ph = parse_phases(out)
+    if len(ph) != BURSTS_CYCLES + 1 or ph[-1].get("cycle") != "final":
+        return "expected %d PHASE lines, got %d" % (BURSTS_CYCLES + 1, len(ph))
+    return None
+
+
 def python_n(ctx):
     return sc(ctx, 60_000, 5000)
 
@@ -510,11 +537,23 @@ def all_workloads(ctx, threads):
                  lambda ctx: [B(ctx, "micro"), "xthread", str(sc(ctx, 8_000_000, 100000))],
                  metric="mpairs", unit="Mpairs/s", threads=4),
     ]
+    # 6. memory over time (its own chart and table; the RSS is sampled while it runs)
+    for t, how in ((2, "two threads; 40% of the blocks are freed by the other thread"),
+                   (1, "one thread, no other thread in the process")):
+        W.append(Workload(
+            "bursts-%d" % t, "memtime",
+            "%s: %d cycles of: allocate 256 MiB (by bytes 10%% in 8-256 B, 30%% in 256 B-4 KiB, 45%% in "
+            "4-64 KiB blocks and 15%% in a few huge blocks of 3-10 MiB) and write every page, free 90%% of the "
+            "blocks (keeping 10%% live until the end), sleep %d ms; then free everything and sleep %d ms"
+            % (how, BURSTS_CYCLES, BURSTS_IDLE_MS, BURSTS_FINAL_IDLE_MS),
+            (lambda ctx, t=t: [B(ctx, "bursts"), str(t), str(bursts_mib(ctx)), str(BURSTS_CYCLES),
+                               str(BURSTS_IDLE_MS), str(BURSTS_FINAL_IDLE_MS)]),
+            check=bursts_check, threads=t, sample_ms=5))
     return W
 
 
 C_PROGRAMS = ["shsh", "larson", "xmalloc", "cache", "shbench", "alloctest", "mstress", "large",
-              "bigint", "trees", "micro", "probe", "measure"]
+              "bigint", "trees", "micro", "bursts", "probe", "measure"]
 
 
 def which(prog):
