@@ -305,7 +305,15 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
   }
   size_t usable = smi_usable_size(p);
   bool aligned = alignment == 0 || (((uintptr_t)p + offset) & (alignment - 1)) == 0;
-  if (!SM_CHECK_FREES && aligned && newsize <= usable && newsize >= usable / 2) return p; /* else the padding moves */
+  if (!SM_CHECK_FREES && aligned && newsize <= usable && newsize >= usable / 2) return p;
+#if SM_CHECK_FREES
+  /* padded builds: the block stays if it passes every check a free makes; its padding moves */
+  size_t room = usable_raw(p) - SM_PADDING;
+  if (aligned && newsize <= room && newsize >= room / 2) {
+    if (!smi_block_is_live(p)) return NULL; /* reported; the bad call is ignored */
+    return sm_expand(p, newsize);
+  }
+#endif
   if (!SM_CHECK_FREES && alignment == 0 && newsize > usable && newsize > SM_LARGE_OBJ_MAX) {
     sm_segment_t *segment = smi_ptr_segment(p);
     if (segment->kind == SM_SEGMENT_HUGE && p == smi_page_start(&segment->pages[0])) {

@@ -130,7 +130,7 @@ static void bin_magic_store(const sm_page_t *page) {
  * pointers: the caller then ignores the free, so the heap is never corrupted by it. Every check,
  * in full: the debug and memory-checker builds always come here, the secure build when its fast
  * test (free_check) is not sure. */
-static sm_noinline sm_page_t *free_check_full(const void *p) {
+static sm_page_t *block_validate(const void *p) {
   sm_segment_t *segment = smi_ptr_segment(p);
   if (sm_unlikely(!smi_segment_is_registered(segment) || segment->cookie != ((uintptr_t)segment ^ smi_process_secret))) {
     smi_error(EINVAL, "free of a pointer that was not allocated by shardmalloc: %p", p);
@@ -158,7 +158,17 @@ static sm_noinline sm_page_t *free_check_full(const void *p) {
   }
   if (SM_SECURE && segment->kind != SM_SEGMENT_HUGE) bin_magic_store(page); /* for free_check */
   smi_padding_check(p, page->block_size);
+  return page;
+}
+
+/* block_validate, then what a free does to the block in these builds: the debug fill, the
+ * memory checkers' bookkeeping, the per-class statistics */
+static sm_noinline sm_page_t *free_check_full(const void *p) {
+  sm_page_t *page = block_validate(p);
+  if (page == NULL) return NULL;
 #if SM_DEBUG
+  const sm_segment_t *segment = smi_page_segment(page);
+  const sm_block_t *block = (const sm_block_t *)((const uint8_t *)p - smi_block_offset(page, p));
   atomic_fetch_add_explicit(&smi_stats.bin_free[segment->kind == SM_SEGMENT_HUGE ? SM_BIN_COUNT : page->bin], 1, memory_order_relaxed);
   if (segment->kind != SM_SEGMENT_HUGE) { /* freed memory carries a pattern that malloc checks */
     smi_track_undefined((uint8_t *)block, page->block_size); /* the lead of an aligned pointer too */
@@ -174,8 +184,8 @@ static sm_noinline sm_page_t *free_check_full(const void *p) {
  * from the segment header and the block (its first word and its padding), no division, no call.
  * Anything else (huge blocks, aligned pointers, free-looking blocks, bad pointers, overflows)
  * goes through free_check_full, which decides and reports. */
-static inline sm_page_t *free_check(const void *p) {
 #if SM_SECURE && !SM_DEBUG && !SM_TRACK
+static inline sm_page_t *free_check_fast(const void *p) {
   sm_segment_t *segment = smi_ptr_segment(p);
   /* the map first: a header is read only once the map says the segment is ours */
   if (sm_likely(smi_segment_is_registered(segment) && segment->cookie == ((uintptr_t)segment ^ smi_process_secret) &&
@@ -194,8 +204,24 @@ static inline sm_page_t *free_check(const void *p) {
         return page;
     }
   }
+  return NULL;
+}
+#endif
+
+static inline sm_page_t *free_check(const void *p) {
+#if SM_SECURE && !SM_DEBUG && !SM_TRACK
+  sm_page_t *page = free_check_fast(p);
+  if (sm_likely(page != NULL)) return page;
 #endif
   return free_check_full(p);
+}
+
+/* realloc in place: p must pass every check a free makes (reported the same way), nothing more */
+bool smi_block_is_live(const void *p) {
+#if SM_SECURE && !SM_DEBUG && !SM_TRACK
+  if (sm_likely(free_check_fast(p) != NULL)) return true;
+#endif
+  return block_validate(p) != NULL;
 }
 #endif
 

@@ -262,6 +262,9 @@ static inline void smi_heap_unlock(sm_heap_t *heap) { smi_spin_unlock(&heap->loc
 /* ---- free.c ---- */
 void smi_free_block_local(sm_page_t *page, sm_block_t *block);
 void smi_free_generic(sm_segment_t *segment, sm_page_t *page, void *p);
+#if SM_CHECK_FREES
+bool smi_block_is_live(const void *p); /* every check a free makes (reported the same way) */
+#endif
 #if SM_SECURE
 void smi_quarantine_flush(sm_heap_t *heap);
 #endif
