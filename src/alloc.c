@@ -311,7 +311,9 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
   size_t room = usable_raw(p) - SM_PADDING;
   if (aligned && newsize <= room && newsize >= room / 2) {
     if (!smi_block_is_live(p)) return NULL; /* reported; the bad call is ignored */
-    return sm_expand(p, newsize);
+    uint8_t *q = sm_expand(p, newsize);
+    if (zero && q != NULL && newsize > usable) memset(q + usable, 0, newsize - usable);
+    return q;
   }
 #endif
   if (!SM_CHECK_FREES && alignment == 0 && newsize > usable && newsize > SM_LARGE_OBJ_MAX) {
