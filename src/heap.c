@@ -391,14 +391,13 @@ static void heap_part_collect(sm_heap_t *part, bool force) {
   if (part->locked_access || part->thread_id == smi_tls_tid) {
     smi_heap_lock(part);
     smi_heap_collect(part, force);
-    smi_stats_heap_sync(part);
     smi_heap_unlock(part);
   }
 }
 
 void sm_heap_collect(sm_heap_t *heap, bool force) {
   if (heap == NULL) return;
-  smi_deferred_free(heap, force);
+  smi_deferred_free(force);
 #if SM_SECURE
   if (heap->thread_id == smi_tls_tid) smi_quarantine_flush(heap);
 #endif
@@ -524,11 +523,10 @@ void sm_register_deferred_free(sm_deferred_free_fun *fun, void *arg) {
   atomic_store(&deferred_fun, fun);
 }
 
-void smi_deferred_free(sm_heap_t *heap, bool force) {
+void smi_deferred_free(bool force) {
   sm_deferred_free_fun *fun = atomic_load_explicit(&deferred_fun, memory_order_acquire);
   if (sm_likely(fun == NULL) || deferred_running) return;
   deferred_running = true;
-  (void)heap;
   fun(force, ++deferred_heartbeat, atomic_load_explicit(&deferred_arg, memory_order_relaxed));
   deferred_running = false;
 }

@@ -61,8 +61,8 @@ void smi_message_to(sm_output_fun *out, void *arg, const char *fmt, ...) __attri
  * Every figure is kept process-wide with relaxed atomics and updated on slow paths only, so the
  * fast paths pay nothing. Block figures for small/medium/large pages (normal, large) are counted
  * when a page's free list is refilled or the page is given back (page.c, "refill accounting"),
- * so they lag the truth by at most the blocks on one free list per page in use; sm_stats_merge
- * and sm_collect bring the calling thread's pages up to date. */
+ * so they lag by at most one free list and 4096 blocks per page in use; sm_stats_merge
+ * brings the calling thread's pages up to date. */
 /* amounts with a current value: total = sum of increases, freed = sum of decreases */
 #define SM_COUNTS_LIST(X)                                                       \
   X(NORMAL, "normal", true)         /* bytes in blocks of small and medium pages */ \
@@ -234,7 +234,7 @@ void smi_heap_collect_idle(sm_heap_t *heap);
 void smi_heap_unfull_flagged(sm_heap_t *heap);
 sm_heap_t *smi_heap_shared_part(sm_heap_t *heap); /* NULL when out of memory */
 void smi_heaps_disown(uintptr_t thread_id);     /* thread exit: its heaps are served with the lock from now on */
-void smi_deferred_free(sm_heap_t *heap, bool force);
+void smi_deferred_free(bool force);
 void smi_heaps_stats_sync(void); /* the calling thread's heaps and all locked parts: figures up to date */
 
 /* ---- purge.c: the background purger ---- */

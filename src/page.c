@@ -444,7 +444,7 @@ void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero) {
   if (page != NULL && page->free != NULL) return page_pop_zero(page, size, zero);
   bool lock = !heap->locked_access; /* a locked part's caller holds its lock already */
   if (lock) {
-    smi_deferred_free(heap, false);
+    smi_deferred_free(false);
     smi_heap_lock(heap);
   }
   void *p = malloc_generic_locked(heap, size, bin, zero);
