@@ -237,19 +237,30 @@ static void *malloc_aligned_raw(sm_heap_t *heap, size_t size, size_t alignment, 
     size_t s = size < alignment ? alignment : size;
     if (smi_bin_size(smi_bin_of(s)) % alignment == 0) return zero ? heap_malloc_zero(heap, s) : smi_heap_malloc(heap, s);
   }
-  if (offset == 0 && (alignment > SM_MEDIUM_OBJ_MAX || size + alignment > SM_LARGE_OBJ_MAX)) {
+  /* Otherwise: pad, and hand out an aligned pointer inside the block. Only small and medium
+   * pages and huge mappings take such interior pointers (a large span is found from its first
+   * slot only); a huge block keeps them in its first SEGMENT_SIZE, where (p - 1) finds its
+   * header, so an offset is possible up to that alignment (its block starts right after the
+   * header: p + adjust = segment + SEGMENT_SIZE - offset). */
+  bool pad = offset != 0 || (alignment <= SM_MEDIUM_OBJ_MAX && size + alignment <= SM_MEDIUM_OBJ_MAX);
+  size_t padded = pad ? size + alignment - 1 : size;
+  if (sm_unlikely(padded < size)) return smi_enomem();
+  if (sm_unlikely(pad && alignment > SM_LARGE_OBJ_MAX &&
+                  (alignment > SM_SEGMENT_SIZE || offset > SM_SEGMENT_SIZE - SM_HUGE_HEADER_SIZE))) {
+    errno = EINVAL; /* as mimalloc, which refuses an offset with alignments this large */
+    return NULL;
+  }
+  uint8_t *p;
+  if (!pad || padded > SM_MEDIUM_OBJ_MAX) {
     if (sm_unlikely(heap == &smi_heap_empty) && (heap = smi_thread_init()) == NULL) return smi_enomem();
     /* a heap's list of huge blocks changes under its lock (a locked part's caller holds it) */
     bool lock = heap->kind != SM_HEAP_THREAD && !heap->locked_access;
     if (lock) smi_heap_lock(heap);
-    void *p = smi_huge_alloc(heap, size, alignment, zero);
+    p = smi_huge_alloc(heap, padded, pad ? 0 : alignment, zero);
     if (lock) smi_heap_unlock(heap);
-    return p;
+  } else {
+    p = zero ? heap_malloc_zero(heap, padded) : smi_heap_malloc(heap, padded);
   }
-  /* otherwise: pad, and hand out an aligned pointer inside the block */
-  size_t padded = size + alignment - 1;
-  if (sm_unlikely(padded < size)) return smi_enomem();
-  uint8_t *p = zero ? heap_malloc_zero(heap, padded) : smi_heap_malloc(heap, padded);
   if (p == NULL) return NULL;
   size_t adjust = (alignment - (((uintptr_t)p + offset) & (alignment - 1))) & (alignment - 1);
   if (adjust != 0) {

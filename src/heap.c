@@ -111,9 +111,8 @@ void smi_heap_collect_idle(sm_heap_t *heap) {
   smi_segments_purge_expired(heap->tld, false);
 }
 
-/* Collect every page; empty ones go back to their segments. With force, a thread's heap also
- * adopts abandoned segments so that empty ones are released. */
-void smi_heap_collect(sm_heap_t *heap, bool force) {
+/* Collect every page; empty ones go back to their segments. */
+static void heap_collect_pages(sm_heap_t *heap) {
   smi_heap_delayed_free(heap);
   smi_heap_retired_collect(heap, true);
   for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) {
@@ -126,6 +125,12 @@ void smi_heap_collect(sm_heap_t *heap, bool force) {
       page = next;
     }
   }
+}
+
+/* Collect every page and give back all unused memory now. With force, a thread's heap also
+ * adopts abandoned segments so that empty ones are released. */
+void smi_heap_collect(sm_heap_t *heap, bool force) {
+  heap_collect_pages(heap);
   if (force && heap->kind == SM_HEAP_THREAD) {
     /* adopt every abandoned segment (a bounded number of rounds), so empty ones are released */
     for (int round = 0; round < 64 && smi_segments_abandoned_any(); round++) {
@@ -150,7 +155,7 @@ void smi_heap_abandon(sm_heap_t *heap) {
   }
   /* no remote thread can push onto our delayed list any more: drain what arrived meanwhile */
   smi_heap_delayed_free(heap);
-  smi_heap_collect(heap, false);
+  heap_collect_pages(heap); /* memory is given back on its schedule, not at once (segment.c) */
   for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) {
     for (sm_page_t *page = heap->pages[bin].first; page != NULL; page = page->next) {
       atomic_store_explicit(&page->heap, NULL, memory_order_release);
@@ -447,8 +452,8 @@ static bool page_of_heap(const sm_heap_t *heap, const sm_page_t *page) {
 bool sm_heap_contains_block(sm_heap_t *heap, const void *p) {
   if (heap == NULL || p == NULL || !sm_check_owned(p)) return false;
   const sm_segment_t *segment = smi_segment_containing(p);
-  const sm_page_t *page = segment->kind == SM_SEGMENT_HUGE ? &segment->pages[0] : smi_segment_page_of(segment, p);
-  return page->in_use && page_of_heap(heap, page);
+  const sm_page_t *page = smi_segment_page_covering(segment, p);
+  return page != NULL && page->in_use && page_of_heap(heap, page);
 }
 
 bool sm_heap_check_owned(sm_heap_t *heap, const void *p) { return sm_heap_contains_block(heap, p); }

@@ -85,7 +85,7 @@ static void purger_tick(void) {
     if (heap->thread_id > 1 && heap->tld != NULL) smi_heap_collect_idle(heap); /* a live thread's heap */
     smi_heap_unlock(heap);
   }
-  smi_segments_visit_abandoned(SIZE_MAX);
+  smi_segments_visit_abandoned(SIZE_MAX, false);
   smi_segment_cache_sweep_due();
 }
 
@@ -127,8 +127,8 @@ void smi_purger_stop(void) {
   pthread_mutex_lock(&purger_mutex);
   purger_stop = false;
   pthread_mutex_unlock(&purger_mutex);
-  smi_segments_visit_abandoned(SIZE_MAX);
-  smi_segment_cache_sweep_due();
+  smi_segments_visit_abandoned(SIZE_MAX, true); /* nobody else would, later */
+  smi_segment_cache_purge_all();
   atomic_store(&purger_state, PURGER_OFF);
 }
 

@@ -67,8 +67,37 @@ static void segment_queue_remove(sm_segment_queue_t *q, sm_segment_t *s) {
   s->next = s->prev = NULL;
 }
 
-static sm_segment_queue_t *segment_free_queue(sm_tld_t *tld, const sm_segment_t *s) {
-  return s->kind == SM_SEGMENT_SMALL ? &tld->small_free : s->kind == SM_SEGMENT_MEDIUM ? &tld->medium_free : NULL;
+/* the tld queue of segments of `kind` that have room (huge ones have none) */
+static sm_segment_queue_t *tld_free_queue(sm_tld_t *tld, int kind) {
+  return kind == SM_SEGMENT_SMALL ? &tld->small_free : kind == SM_SEGMENT_MEDIUM ? &tld->medium_free
+       : kind == SM_SEGMENT_LARGE ? &tld->large_free : NULL;
+}
+static sm_segment_queue_t *segment_free_queue(sm_tld_t *tld, const sm_segment_t *s) { return tld_free_queue(tld, s->kind); }
+
+/* Large segments give each block a span of consecutive 64 KiB slots (like small pages), so that
+ * blocks of every large size share segments and a freed span serves any other size: one segment
+ * per large size class cost mstress 1.7x mimalloc's peak RSS and a page fault storm. A span's
+ * descriptor is its first slot's; the other slots' descriptors are never in use, so a pointer
+ * into them is not a block (aligned allocation keeps interior pointers out of large pages). */
+static uint64_t span_mask(size_t index, size_t slots) {
+  return (slots >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << slots) - 1)) << index;
+}
+static size_t page_slots(const sm_segment_t *segment, const sm_page_t *page) {
+  return segment->kind == SM_SEGMENT_LARGE ? page->span_slots : 1;
+}
+/* the page whose area holds p (in a large segment: the span covering p), or NULL */
+const sm_page_t *smi_segment_page_covering(const sm_segment_t *segment, const void *p) {
+  if (segment->kind == SM_SEGMENT_HUGE) return &segment->pages[0];
+  const sm_page_t *page = smi_segment_page_of(segment, p);
+  if (segment->kind != SM_SEGMENT_LARGE) return page;
+  size_t index = (size_t)(page - segment->pages);
+  if (((segment->span_map >> index) & 1) == 0) return NULL;
+  while (!page->in_use) page--; /* slot 0 of a covered run is a span's first slot */
+  return page;
+}
+static bool segment_is_full(const sm_segment_t *segment) {
+  return segment->kind == SM_SEGMENT_LARGE ? segment->span_map == span_mask(0, segment->page_count)
+                                           : segment->used == segment->page_count;
 }
 
 static void segment_os_free(sm_segment_t *segment) {
@@ -218,11 +247,17 @@ static void *os_alloc_or_flush(size_t size, size_t alignment, size_t offset, boo
 
 static uint64_t tld_now(sm_tld_t *tld) { return tld->now_ms = smi_os_now_ms(); }
 
-static size_t page_area(const sm_segment_t *segment, const sm_page_t *page) {
+/* bytes of `slots` page slots from `page` on: the first one starts after the header, the
+ * segment's last one ends before its guard */
+static size_t span_area(const sm_segment_t *segment, const sm_page_t *page, size_t slots) {
   size_t index = (size_t)(page - segment->pages);
-  uint8_t *page_end = (uint8_t *)segment + (index + 1) * ((size_t)1 << (segment->kind <= SM_SEGMENT_MEDIUM ? segment->page_shift : SM_SEGMENT_SHIFT));
-  if (index == segment->page_count - 1) page_end -= SM_GUARD_SIZE; /* the segment's end guard */
-  return (size_t)(page_end - smi_page_start(page));
+  size_t unit = (size_t)1 << (segment->kind <= SM_SEGMENT_LARGE ? segment->page_shift : SM_SEGMENT_SHIFT);
+  uint8_t *end = (uint8_t *)segment + (index + slots) * unit;
+  if (index + slots == segment->page_count) end -= SM_GUARD_SIZE;
+  return (size_t)(end - smi_page_start(page));
+}
+static size_t page_area(const sm_segment_t *segment, const sm_page_t *page) {
+  return span_area(segment, page, page_slots(segment, page));
 }
 
 static void purge_list_remove(sm_tld_t *tld, sm_page_t *page) {
@@ -238,14 +273,31 @@ static void purge_list_remove(sm_tld_t *tld, sm_page_t *page) {
 static void page_purge(sm_segment_t *segment, sm_page_t *page, uint64_t now) {
   if (smi_mem_is_pinned(segment)) return; /* huge OS pages: cannot be purged */
   smi_stat_inc(SM_STAT_PAGE_PURGE);
-  page->purge_at = now;
-  size_t area = page_area(segment, page);
-  page->mem_is_zero = smi_os_purge(smi_page_start(page), area, smi_option(sm_option_purge_decommits) != 0);
-  if (!page->is_purged) {
-    page->is_purged = 1;
-    segment->purged_bytes += area;
-    smi_mem_purged(area);
+  size_t slots = page_slots(segment, page);
+  bool zero = smi_os_purge(smi_page_start(page), page_area(segment, page), smi_option(sm_option_purge_decommits) != 0);
+  for (sm_page_t *slot = page; slot < page + slots; slot++) { /* kept per slot: spans change */
+    slot->purge_at = now;
+    slot->mem_is_zero = zero;
+    if (!slot->is_purged) {
+      slot->is_purged = 1;
+      size_t area = span_area(segment, slot, 1);
+      segment->purged_bytes += area;
+      smi_mem_purged(area);
+    }
   }
+}
+
+/* the list stays in deadline order (the delay varies): insert from the back, usually at it */
+static void purge_list_insert(sm_tld_t *tld, sm_page_t *page) {
+  page->purge_pending = 1;
+  sm_page_t *after = tld->purge_last;
+  while (after != NULL && after->purge_at > page->purge_at) after = after->prev;
+  page->prev = after;
+  page->next = after != NULL ? after->next : tld->purge_first;
+  if (page->next != NULL) page->next->prev = page;
+  else tld->purge_last = page;
+  if (after != NULL) after->next = page;
+  else tld->purge_first = page;
 }
 
 /* Adaptive purge delay: a purged page that is taken again within one delay means the program
@@ -280,6 +332,34 @@ void smi_segments_purge_expired(sm_tld_t *tld, bool force) {
     tld->purge_scale_at = now;
   }
   if (smi_segment_cache_pending()) segment_cache_sweep(now, false);
+}
+
+/* Unused pages that still hold memory (not purged, not known zero) of a segment no thread's
+ * purge list tracks (abandoned, or changing hands): fn gets each of them, or in a large segment
+ * each run of such slots as one span (its first slot's descriptor, span_slots set), with the
+ * earliest deadline of the run in purge_at. Deadlines survive abandonment this way, so the next
+ * thread that adopts the segment can still reuse the memory without page faults. */
+static void segment_dirty_unused(sm_segment_t *segment, void (*fn)(sm_segment_t *, sm_page_t *, void *), void *arg) {
+  bool large = segment->kind == SM_SEGMENT_LARGE;
+  for (size_t i = 0; i < segment->page_count;) {
+    sm_page_t *first = &segment->pages[i];
+    bool unused = large ? ((segment->span_map >> i) & 1) == 0 : !first->in_use;
+    if (!unused || first->is_purged || first->mem_is_zero) {
+      i += large && !unused ? segment->pages[i].span_slots : 1;
+      continue;
+    }
+    uint64_t due = first->purge_at;
+    size_t n = 1;
+    while (large && i + n < segment->page_count && ((segment->span_map >> (i + n)) & 1) == 0 &&
+           !first[n].is_purged && !first[n].mem_is_zero) {
+      if (first[n].purge_at < due) due = first[n].purge_at;
+      n++;
+    }
+    if (large) first->span_slots = (uint8_t)n;
+    first->purge_at = due;
+    fn(segment, first, arg);
+    i += n;
+  }
 }
 
 /* ---- segment allocation ---- */
@@ -327,7 +407,7 @@ static void segment_init_header(sm_segment_t *segment, sm_segment_kind_t kind, s
   segment->map_start = (uint8_t *)segment;
   segment->map_size = size;
   segment->cookie = (uintptr_t)segment ^ smi_process_secret;
-  size_t page_size = kind <= SM_SEGMENT_MEDIUM ? (size_t)1 << page_shift : size;
+  size_t page_size = kind <= SM_SEGMENT_LARGE ? (size_t)1 << page_shift : size;
   for (size_t i = 0; i < page_count; i++) {
     sm_page_t *page = &segment->pages[i];
     smi_page_set_start(page, (uint8_t *)segment + (i == 0 ? header : i * page_size));
@@ -358,8 +438,9 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
         (smi_option(sm_option_eager_commit) && (long)tld->segment_count >= smi_option(sm_option_eager_commit_delay)))
       smi_os_populate(segment, SM_SEGMENT_SIZE - SM_GUARD_SIZE);
   }
-  size_t count = kind == SM_SEGMENT_SMALL ? SM_SMALL_PAGES_PER_SEGMENT : kind == SM_SEGMENT_MEDIUM ? SM_SEGMENT_SIZE / SM_MEDIUM_PAGE_SIZE : 1;
-  size_t shift = kind == SM_SEGMENT_SMALL ? SM_SMALL_PAGE_SHIFT : kind == SM_SEGMENT_MEDIUM ? SM_MEDIUM_PAGE_SHIFT : SM_LARGE_PAGE_SHIFT;
+  bool medium = kind == SM_SEGMENT_MEDIUM; /* small and large segments have 64 KiB slots */
+  size_t count = medium ? SM_SEGMENT_SIZE / SM_MEDIUM_PAGE_SIZE : SM_SMALL_PAGES_PER_SEGMENT;
+  size_t shift = medium ? SM_MEDIUM_PAGE_SHIFT : SM_SMALL_PAGE_SHIFT;
   segment_init_header(segment, kind, count, shift, SM_SEGMENT_SIZE, heap->thread_id, zero);
   tld->segment_count++;
   smi_count_add(SM_COUNT_SEGMENTS, 1);
@@ -386,43 +467,112 @@ static void segment_free(sm_segment_t *segment, sm_tld_t *tld) {
 
 /* ---- pages ---- */
 
+/* A free page of `segment` for blocks of block_size, or NULL; *slots: the slots it covers.
+ * Large segments take the lowest free run that holds the block (first fit), so a taken span
+ * always starts a free run. */
+static sm_page_t *segment_find_page(sm_segment_t *segment, size_t block_size, size_t *slots) {
+  *slots = 1;
+  if (segment->kind != SM_SEGMENT_LARGE) {
+    for (size_t i = 0; i < segment->page_count; i++)
+      if (!segment->pages[i].in_use) return &segment->pages[i];
+    return NULL;
+  }
+  for (size_t index = 0; index < segment->page_count; index++) {
+    if ((segment->span_map >> index) & 1) continue;
+    sm_page_t *page = &segment->pages[index];
+    size_t lead = (size_t)(smi_page_start(page) - ((uint8_t *)segment + (index << SM_SMALL_PAGE_SHIFT)));
+    size_t n = (lead + block_size + SM_SMALL_PAGE_SIZE - 1) >> SM_SMALL_PAGE_SHIFT;
+    if (index + n == segment->page_count && span_area(segment, page, n) < block_size) n++; /* end guard */
+    if (index + n > segment->page_count) return NULL;
+    if ((segment->span_map & span_mask(index, n)) == 0) {
+      *slots = n;
+      return page;
+    }
+  }
+  return NULL;
+}
+
+static sm_page_t *tld_find_page(sm_tld_t *tld, int kind, size_t block_size, size_t *slots) {
+  sm_segment_queue_t *q = tld_free_queue(tld, kind);
+  for (sm_segment_t *segment = q->first; segment != NULL; segment = segment->next) {
+    sm_page_t *page = segment_find_page(segment, block_size, slots);
+    if (page != NULL) return page;
+  }
+  return NULL;
+}
+
+/* `slots` slots from `page` on are taken: pending purges on them are off (an entry running past
+ * them keeps its rest; none starts before `page`, which starts a free run), and their purged
+ * memory counts as committed again. Returns whether all of it is known zero. */
+static bool span_take(sm_tld_t *tld, sm_segment_t *segment, sm_page_t *page, size_t slots) {
+  bool zero = true, reuse_noted = false;
+  for (sm_page_t *slot = page; slot < page + slots; slot++) {
+    if (slot->purge_pending) {
+      sm_page_t *entry_end = slot + page_slots(segment, slot);
+      purge_list_remove(tld, slot);
+      if (entry_end > page + slots) {
+        sm_page_t *rest = page + slots;
+        rest->span_slots = (uint8_t)(entry_end - rest);
+        rest->purge_at = slot->purge_at;
+        purge_list_insert(tld, rest);
+      }
+    }
+    if (slot->is_purged) { /* its memory comes back as it is touched */
+      if (!reuse_noted) purge_note_reuse(tld, slot);
+      reuse_noted = true;
+      slot->is_purged = 0;
+      size_t area = span_area(segment, slot, 1);
+      segment->purged_bytes -= area;
+      smi_mem_unpurged(area);
+    }
+    zero = zero && slot->mem_is_zero;
+    slot->mem_is_zero = 0;
+  }
+  return zero;
+}
+
 sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size) {
   sm_tld_t *tld = heap->tld;
   sm_segment_kind_t kind = block_size <= SM_SMALL_OBJ_MAX ? SM_SEGMENT_SMALL
                          : block_size <= SM_MEDIUM_OBJ_MAX ? SM_SEGMENT_MEDIUM : SM_SEGMENT_LARGE;
-  sm_segment_queue_t *q = kind == SM_SEGMENT_SMALL ? &tld->small_free : kind == SM_SEGMENT_MEDIUM ? &tld->medium_free : NULL;
-  sm_segment_t *segment = q != NULL ? q->first : NULL;
-  if (segment == NULL) {
+  size_t slots;
+  sm_page_t *page = tld_find_page(tld, kind, block_size, &slots);
+  if (page == NULL) {
     /* before mapping more memory, adopt segments of threads that have ended (a thread's heap
      * only: their live blocks must never become part of a heap that may be destroyed) */
-    if (heap->kind == SM_HEAP_THREAD && smi_segments_reclaim_abandoned(heap, 8, kind) && q != NULL) segment = q->first;
-    if (segment == NULL) segment = segment_alloc(heap, kind);
-    if (segment == NULL) return NULL;
-  }
-  sm_page_t *page = NULL;
-  for (size_t i = 0; i < segment->page_count; i++) {
-    if (!segment->pages[i].in_use) {
-      page = &segment->pages[i];
-      break;
+    if (heap->kind == SM_HEAP_THREAD && smi_segments_reclaim_abandoned(heap, 8, kind))
+      page = tld_find_page(tld, kind, block_size, &slots);
+    if (page == NULL) {
+      sm_segment_t *fresh = segment_alloc(heap, kind);
+      if (fresh == NULL) return NULL;
+      page = segment_find_page(fresh, block_size, &slots);
     }
   }
   sm_assert(page != NULL);
+  sm_segment_t *segment = smi_page_segment(page);
   smi_count_add(SM_COUNT_PAGES, 1);
   page->in_use = 1;
-  if (page->is_purged) { /* its memory comes back as it is touched */
-    purge_note_reuse(tld, page);
-    page->is_purged = 0;
-    size_t area = page_area(segment, page);
-    segment->purged_bytes -= area;
-    smi_mem_unpurged(area);
+  segment->used++;
+  if (kind == SM_SEGMENT_LARGE) {
+    page->span_slots = (uint8_t)slots;
+    segment->span_map |= span_mask((size_t)(page - segment->pages), slots);
   }
-  if (++segment->used == segment->page_count && segment->in_free_queue) {
-    segment_queue_remove(q, segment);
+  page->mem_is_zero = span_take(tld, segment, page, slots);
+  if (segment_is_full(segment) && segment->in_free_queue) {
+    segment_queue_remove(segment_free_queue(tld, segment), segment);
     segment->in_free_queue = 0;
   }
-  if (page->purge_pending) purge_list_remove(tld, page);
   smi_page_init(heap, page, block_size, page_area(segment, page));
   return page;
+}
+
+/* a page (span) of `segment` is no longer in use */
+static void segment_page_release(sm_segment_t *segment, sm_page_t *page) {
+  page->in_use = 0;
+  page->free = page->local_free = NULL;
+  page->mem_is_zero = 0;
+  if (segment->kind == SM_SEGMENT_LARGE) segment->span_map &= ~span_mask((size_t)(page - segment->pages), page->span_slots);
+  segment->used--;
 }
 
 /* An empty page goes back to its segment; its memory is purged once the delay has passed. */
@@ -430,10 +580,8 @@ void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld) {
   sm_segment_t *segment = smi_page_segment(page);
   sm_assert(page->in_use && segment->used > 0);
   smi_count_add(SM_COUNT_PAGES, -1);
-  page->in_use = 0;
-  page->free = page->local_free = NULL;
-  page->mem_is_zero = 0;
-  if (--segment->used == 0) {
+  segment_page_release(segment, page);
+  if (segment->used == 0) {
     segment_free(segment, tld);
     return;
   }
@@ -441,16 +589,7 @@ void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld) {
   if (delay == 0) page_purge(segment, page, tld_now(tld));
   else if (delay > 0) {
     page->purge_at = tld_now(tld) + purge_delay_of(tld);
-    page->purge_pending = 1;
-    /* the list stays in deadline order (the delay varies): insert from the back, usually at it */
-    sm_page_t *after = tld->purge_last;
-    while (after != NULL && after->purge_at > page->purge_at) after = after->prev;
-    page->prev = after;
-    page->next = after != NULL ? after->next : tld->purge_first;
-    if (page->next != NULL) page->next->prev = page;
-    else tld->purge_last = page;
-    if (after != NULL) after->next = page;
-    else tld->purge_first = page;
+    purge_list_insert(tld, page);
   }
   sm_segment_queue_t *q = segment_free_queue(tld, segment);
   if (q != NULL && !segment->in_free_queue) {
@@ -496,7 +635,7 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
     segment_protect(segment, map_size);
     if (smi_option(sm_option_populate)) smi_os_populate(segment, map_size - SM_GUARD_SIZE);
   }
-  segment_init_header(segment, SM_SEGMENT_HUGE, 1, SM_LARGE_PAGE_SHIFT, map_size, 0, mem_zero);
+  segment_init_header(segment, SM_SEGMENT_HUGE, 1, SM_HUGE_PAGE_SHIFT, map_size, 0, mem_zero);
   sm_page_t *page = &segment->pages[0];
   smi_page_set_start(page, (uint8_t *)segment + offset);
   page->block_size = map_size - offset - SM_GUARD_SIZE;
@@ -599,7 +738,7 @@ static sm_segment_t *abandoned_pop(void) {
 void smi_segments_note_abandoned_free(void) {
   static _Atomic(size_t) abandoned_frees;
   size_t n = atomic_fetch_add_explicit(&abandoned_frees, 1, memory_order_relaxed);
-  if ((n & 1023) == 1023 && !smi_purger_running()) smi_segments_visit_abandoned(SIZE_MAX);
+  if ((n & 1023) == 1023 && !smi_purger_running()) smi_segments_visit_abandoned(SIZE_MAX, true); /* nobody will come later */
 }
 
 /* append the list first..last (count segments, linked by abandoned_next) */
@@ -644,7 +783,19 @@ void smi_segments_abandon(sm_heap_t *heap) {
     heap->pages[bin].first = heap->pages[bin].last = NULL;
   }
   heap->page_count = 0;
-  smi_segments_purge_expired(tld, true); /* touches unused pages, also of the segments above */
+  /* The purge list touches pages of the segments above, so it goes. While the purger runs, their
+   * pages keep their deadlines and it purges them when due (so a thread that adopts a segment
+   * soon can reuse its memory without page faults); otherwise nobody would: purge them now. */
+  if (smi_purger_running() && smi_option(sm_option_purge_delay) > 0) {
+    sm_page_t *page;
+    while ((page = tld->purge_first) != NULL) {
+      size_t slots = page_slots(smi_page_segment(page), page);
+      for (size_t i = 1; i < slots; i++) page[i].purge_at = page->purge_at;
+      purge_list_remove(tld, page);
+    }
+  } else {
+    smi_segments_purge_expired(tld, true);
+  }
   /* whatever is left in the free queues has no page in use */
   sm_segment_t *s;
   while ((s = tld->small_free.first) != NULL) {
@@ -652,6 +803,10 @@ void smi_segments_abandon(sm_heap_t *heap) {
     segment_free(s, tld);
   }
   while ((s = tld->medium_free.first) != NULL) {
+    sm_assert(s->used == 0);
+    segment_free(s, tld);
+  }
+  while ((s = tld->large_free.first) != NULL) {
     sm_assert(s->used == 0);
     segment_free(s, tld);
   }
@@ -672,6 +827,7 @@ static void segment_queue_absorb(sm_segment_queue_t *into, sm_segment_queue_t *f
 void smi_segments_absorb(sm_tld_t *tld, sm_tld_t *from, uintptr_t thread_id) {
   segment_queue_absorb(&tld->small_free, &from->small_free, thread_id);
   segment_queue_absorb(&tld->medium_free, &from->medium_free, thread_id);
+  segment_queue_absorb(&tld->large_free, &from->large_free, thread_id);
   /* merge the purge lists, keeping them ordered by deadline */
   sm_page_t *a = tld->purge_first, *b = from->purge_first, *head = NULL, *tail = NULL;
   while (a != NULL || b != NULL) {
@@ -691,6 +847,11 @@ void smi_segments_absorb(sm_tld_t *tld, sm_tld_t *from, uintptr_t thread_id) {
   from->segment_count = 0;
 }
 
+static void purge_list_join(sm_segment_t *segment, sm_page_t *page, void *tld) {
+  (void)segment;
+  purge_list_insert(tld, page);
+}
+
 static void segment_reclaim(sm_segment_t *segment, sm_heap_t *heap) {
   sm_tld_t *tld = heap->tld;
   smi_stat_inc(SM_STAT_SEGMENT_RECLAIM);
@@ -707,10 +868,11 @@ static void segment_reclaim(sm_segment_t *segment, sm_heap_t *heap) {
     smi_page_queue_push(heap, page, smi_bin_of(page->block_size));
   }
   sm_segment_queue_t *q = segment_free_queue(tld, segment);
-  if (q != NULL && segment->used < segment->page_count) {
+  if (q != NULL && !segment_is_full(segment)) {
     segment_queue_push(q, segment);
     segment->in_free_queue = 1;
   }
+  if (smi_option(sm_option_purge_delay) > 0) segment_dirty_unused(segment, purge_list_join, tld); /* due purges */
   /* pages whose blocks were all freed while abandoned go back (the last one frees the segment) */
   for (size_t i = 0; i < segment->page_count; i++) {
     sm_page_t *page = &segment->pages[i];
@@ -731,23 +893,29 @@ bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max, int kind) {
     if (segment == NULL) break;
     useful = segment->kind == kind;
     segment_reclaim(segment, heap);
-    if (useful) {
-      sm_segment_queue_t *q = kind == SM_SEGMENT_SMALL ? &heap->tld->small_free : kind == SM_SEGMENT_MEDIUM ? &heap->tld->medium_free : NULL;
-      useful = q == NULL || q->first != NULL;
-    }
+    if (useful) useful = tld_free_queue(heap->tld, kind)->first != NULL;
   }
   return useful;
 }
 
+typedef struct { uint64_t now; bool force; } purge_due_t;
+static void purge_if_due(sm_segment_t *segment, sm_page_t *page, void *arg) {
+  const purge_due_t *due = arg;
+  if (due->force || page->purge_at <= due->now) page_purge(segment, page, due->now);
+}
+
 /* Run by the purger: look at up to `max` abandoned segments (at most one pass over the list, and
  * about 20 ms of work), oldest first, without adopting them.
- * Pages whose blocks were all freed since are given back (purged at once), an empty segment goes
- * to the cache, the others go back to the end of the list. No thread owns these segments, and
- * taking one off the list makes it ours alone until it goes back. */
-void smi_segments_visit_abandoned(size_t max) {
+ * Pages whose blocks were all freed since are given back, and unused memory is purged once its
+ * delay has passed (all of it with force); an empty segment goes to the cache, the others go
+ * back to the end of the list. No thread owns these segments, and taking one off the list makes
+ * it ours alone until it goes back. */
+void smi_segments_visit_abandoned(size_t max, bool force) {
   size_t pass = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
   if (max > pass) max = pass;
-  uint64_t deadline = smi_os_now_ms() + 20;
+  long delay = smi_option(sm_option_purge_delay);
+  purge_due_t due = {smi_os_now_ms(), force};
+  uint64_t deadline = due.now + 20;
   for (size_t n = 0; n < max && atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0; n++) {
     if ((n & 15) == 15 && smi_os_now_ms() > deadline) return;
     sm_segment_t *segment = abandoned_pop();
@@ -758,11 +926,9 @@ void smi_segments_visit_abandoned(size_t max) {
       smi_page_collect(page);
       if (page->used != 0) continue;
       smi_stats_page_discard(page);
-      page->in_use = 0;
-      page->free = page->local_free = NULL;
-      page_purge(segment, page, smi_os_now_ms());
+      segment_page_release(segment, page);
+      for (size_t k = 0; k < page_slots(segment, page); k++) page[k].purge_at = due.now + (uint64_t)(delay > 0 ? delay : 0);
       smi_count_add(SM_COUNT_PAGES, -1);
-      segment->used--;
     }
     if (segment->used == 0) {
       smi_count_add(SM_COUNT_ABANDONED, -1);
@@ -770,6 +936,7 @@ void smi_segments_visit_abandoned(size_t max) {
       segment_cache_release(segment, smi_os_now_ms());
       continue;
     }
+    if (delay >= 0 || force) segment_dirty_unused(segment, purge_if_due, &due);
     abandoned_push(segment, segment, 1);
   }
 }

@@ -50,7 +50,7 @@
 #define SM_SMALL_PAGE_SIZE ((size_t)1 << SM_SMALL_PAGE_SHIFT)
 #define SM_MEDIUM_PAGE_SIZE ((size_t)1 << SM_MEDIUM_PAGE_SHIFT)
 #define SM_SMALL_PAGES_PER_SEGMENT (SM_SEGMENT_SIZE / SM_SMALL_PAGE_SIZE)
-#define SM_LARGE_PAGE_SHIFT 48 /* large and huge segments have one page: any offset maps to 0 */
+#define SM_HUGE_PAGE_SHIFT 48 /* a huge segment has one page: any offset maps to 0 */
 
 /* size limits of each page kind: at least 4 blocks fit a small or medium page */
 #define SM_SMALL_OBJ_MAX (SM_SMALL_PAGE_SIZE / 4)   /* 16 KiB */
@@ -125,6 +125,7 @@ typedef struct sm_page_s {
   uint8_t in_use;       /* handed out by its segment */
   uint8_t mem_is_zero;  /* the page's memory is known zero (fresh or purged) */
   uint8_t purge_pending;
+  uint8_t span_slots;   /* large segments: slots the page covers (in use, or waiting to be purged) */
   _Atomic(struct sm_heap_s *) heap; /* owner heap; NULL while abandoned */
   uintptr_t start_;     /* first block: use smi_page_start (hidden from valgrind's leak scan) */
   struct sm_page_s *next, *prev; /* in a heap page queue, or in the tld purge list when unused */
@@ -137,7 +138,7 @@ typedef struct sm_page_s {
 typedef enum {
   SM_SEGMENT_SMALL,  /* 64 KiB pages */
   SM_SEGMENT_MEDIUM, /* 512 KiB pages */
-  SM_SEGMENT_LARGE,  /* one page spanning the segment */
+  SM_SEGMENT_LARGE,  /* one block per page, each page a span of consecutive 64 KiB slots */
   SM_SEGMENT_HUGE,   /* one block in a mapping of its own (may exceed SM_SEGMENT_SIZE) */
 } sm_segment_kind_t;
 
@@ -151,6 +152,7 @@ typedef struct sm_segment_s {
   size_t page_shift;    /* page index = (p - segment) >> page_shift */
   size_t page_count;    /* pages in this segment */
   size_t used;          /* pages in use */
+  uint64_t span_map;    /* large segments: a bit per 64 KiB slot that an in-use page covers */
   size_t size;          /* bytes from the segment start to its end */
   uint8_t *map_start;   /* the OS mapping (differs from the segment for over-aligned huge blocks) */
   size_t map_size;
@@ -174,6 +176,7 @@ typedef struct sm_segment_queue_s {
 typedef struct sm_tld_s {
   sm_segment_queue_t small_free;  /* small segments with an unused page */
   sm_segment_queue_t medium_free; /* medium segments with an unused page */
+  sm_segment_queue_t large_free;  /* large segments with an unused slot */
   size_t segment_count;           /* segments owned (excluding cache) */
   sm_page_t *purge_first, *purge_last; /* unused pages waiting to be purged, oldest first */
   uint64_t now_ms;                /* last clock reading */
@@ -236,6 +239,7 @@ _Static_assert(sizeof(sm_block_t) == SM_INTPTR_SIZE, "a free block holds one poi
 _Static_assert(sizeof(void *) == 8, "64-bit platforms only");
 _Static_assert(SM_DIRECT_MAX <= SM_SMALL_OBJ_MAX, "direct sizes are small");
 _Static_assert(offsetof(sm_page_t, free) == 0, "free list first: one load on the fast path");
+_Static_assert(SM_SMALL_PAGES_PER_SEGMENT <= 64, "a large segment's slots fit span_map");
 _Static_assert(SM_SMALL_PAGE_SIZE / 8 <= UINT16_MAX, "block counts of a page fit 16 bits");
 _Static_assert(sizeof(sm_page_t) == 96 + 16 * SM_SECURE, "page descriptors stay small");
 

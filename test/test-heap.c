@@ -116,6 +116,10 @@ int main(void) {
     for (int i = 0; i < N; i += 997) CHECK(sm_heap_contains_block(heap, blocks[i]), "block %d in its heap", i);
     CHECK(sm_heap_contains_block(heap, huge), "the huge block is in its heap");
     CHECK(sm_heap_contains_block(heap, (char *)huge + 4 * MiB), "an interior pointer of the huge block too");
+    char *large = sm_heap_malloc(heap, 700 * KiB); /* a span of 64 KiB slots in a large segment */
+    CHECK(large && sm_heap_contains_block(heap, large + 600 * KiB), "an interior pointer of a large block too");
+    CHECK(!sm_heap_contains_block(sm_heap_get_default(), large + 600 * KiB), "%s", "not in the default heap");
+    sm_free(large);
     CHECK(!sm_heap_contains_block(sm_heap_get_default(), blocks[0]), "not in the default heap");
     sm_stats_merge();
     size_t normal_peak = stats_current("normal"), rss_peak = rss_bytes();

@@ -279,10 +279,77 @@ int main(void) {
         sm_free(p);
       }
     }
+    /* an offset with an alignment up to the segment size (4 MiB) works; above, NULL/EINVAL */
+    for (size_t a = (size_t)2 << 20; a <= ((size_t)64 << 20); a <<= 1) {
+      errno = 0;
+      char *q = sm_malloc_aligned_at(100, a, 8);
+      if (a <= ((size_t)4 << 20)) {
+        CHECK(q != NULL && ((uintptr_t)(q + 8) & (a - 1)) == 0, "sm_malloc_aligned_at(100, %zu, 8): expected p+8 aligned, seen %p", a, (void *)q);
+        if (q) {
+          CHECK(sm_usable_size(q) >= 100, "usable: expected >= 100, seen %zu", sm_usable_size(q));
+          memset(q, 1, 100);
+        }
+      } else {
+        CHECK(q == NULL && errno == EINVAL, "sm_malloc_aligned_at(100, %zu, 8): expected NULL/EINVAL, seen %p errno %d", a,
+              (void *)q, errno);
+      }
+      sm_free(q);
+    }
     errno = 0;
     void *p = sm_malloc_aligned_at(64, 48, 8);
     CHECK(p == NULL && errno == EINVAL, "sm_malloc_aligned_at(64, 48, 8): expected NULL/EINVAL, seen %p errno %d", p,
           errno);
+  }
+  SECTION("large blocks (128 KiB .. 2 MiB): random sizes, frees and reallocs keep contents; sizes share segments") {
+    enum { LIVE = 48, OPS = 3000 };
+    char *blk[LIVE] = {0};
+    size_t len[LIVE] = {0};
+    uint64_t rnd = 0x9E3779B97F4A7C15u;
+    for (int op = 0; op < OPS; op++) {
+      rnd ^= rnd << 13, rnd ^= rnd >> 7, rnd ^= rnd << 17;
+      size_t i = (size_t)(rnd % LIVE);
+      size_t n = ((size_t)128 << 10) + 1 + (size_t)((rnd >> 16) % (((size_t)2 << 20) - ((size_t)128 << 10)));
+      if (blk[i] != NULL) { /* check the pattern: start, a stride, the end */
+        int bad = 0;
+        for (size_t k = 0; k < len[i]; k += 4093) bad += blk[i][k] != (char)(i + k);
+        bad += blk[i][len[i] - 1] != (char)(i + len[i] - 1);
+        CHECK(bad == 0, "large block %zu of %zu bytes: expected its pattern, seen %d bytes changed", i, len[i], bad);
+        if ((rnd >> 40) % 3 == 0) { /* realloc keeps the common part */
+          char *q = sm_realloc(blk[i], n);
+          CHECK_NONNULL(q);
+          if (q == NULL) continue;
+          size_t keep = n < len[i] ? n : len[i];
+          bad = 0;
+          for (size_t k = 0; k < keep; k += 4093) bad += q[k] != (char)(i + k);
+          CHECK(bad == 0, "realloc of a large block from %zu to %zu: expected the contents kept, seen %d changed", len[i], n, bad);
+          blk[i] = q;
+        } else {
+          sm_free(blk[i]);
+          blk[i] = sm_malloc(n);
+        }
+      } else {
+        blk[i] = sm_malloc(n);
+      }
+      len[i] = n;
+      CHECK(blk[i] != NULL && sm_usable_size(blk[i]) >= n && ((uintptr_t)blk[i] & 4095) == 0,
+            "large malloc(%zu): expected a page-aligned block of at least that size, seen %p (usable %zu)", n,
+            (void *)blk[i], blk[i] ? sm_usable_size(blk[i]) : 0);
+      if (blk[i] == NULL) continue;
+      for (size_t k = 0; k < n; k += 4093) blk[i][k] = (char)(i + k);
+      blk[i][n - 1] = (char)(i + n - 1);
+    }
+    for (size_t i = 0; i < LIVE; i++) sm_free(blk[i]);
+    /* blocks of different large sizes come from one segment (spans of 64 KiB slots), and the
+     * space a freed one leaves serves another size */
+    char *a = sm_malloc(200 << 10), *b = sm_malloc(900 << 10);
+    CHECK(a && b && ((uintptr_t)a >> 22) == ((uintptr_t)b >> 22),
+          "a 200 KiB and a 900 KiB block: expected them in one 4 MiB segment, seen %p and %p", (void *)a, (void *)b);
+    sm_free(a);
+    char *c = sm_malloc(150 << 10);
+    CHECK(c == a, "a 150 KiB block after freeing a 200 KiB one: expected its place %p, seen %p", (void *)a, (void *)c);
+    CHECK_OWNED(b + (300 << 10));
+    sm_free(b);
+    sm_free(c);
   }
   SECTION("sm_strdup / sm_strndup / sm_realpath") {
     char *s = sm_strdup("shardmalloc");
