@@ -67,12 +67,18 @@ static void segment_queue_remove(sm_segment_queue_t *q, sm_segment_t *s) {
   s->next = s->prev = NULL;
 }
 
-/* the tld queue of segments of `kind` that have room (huge ones have none) */
-static sm_segment_queue_t *tld_free_queue(sm_tld_t *tld, int kind) {
-  return kind == SM_SEGMENT_SMALL ? &tld->small_free : kind == SM_SEGMENT_MEDIUM ? &tld->medium_free
-       : kind == SM_SEGMENT_LARGE ? &tld->large_free : NULL;
+/* the tld queue a segment with room belongs in (huge ones have none) */
+static sm_segment_queue_t *segment_free_queue(sm_tld_t *tld, const sm_segment_t *s) {
+  return s->kind == SM_SEGMENT_SMALL ? &tld->small_free : s->kind == SM_SEGMENT_MEDIUM ? &tld->medium_free
+       : s->kind == SM_SEGMENT_LARGE ? &tld->large_free[s->span_free_max] : NULL;
 }
-static sm_segment_queue_t *segment_free_queue(sm_tld_t *tld, const sm_segment_t *s) { return tld_free_queue(tld, s->kind); }
+static bool tld_has_room(const sm_tld_t *tld, int kind) {
+  if (kind == SM_SEGMENT_SMALL) return tld->small_free.first != NULL;
+  if (kind == SM_SEGMENT_MEDIUM) return tld->medium_free.first != NULL;
+  for (size_t run = 1; run <= SM_SMALL_PAGES_PER_SEGMENT; run++)
+    if (tld->large_free[run].first != NULL) return true;
+  return false;
+}
 
 /* Large segments give each block a span of consecutive 64 KiB slots (like small pages), so that
  * blocks of every large size share segments and a freed span serves any other size: one segment
@@ -94,6 +100,17 @@ const sm_page_t *smi_segment_page_covering(const sm_segment_t *segment, const vo
   if (((segment->span_map >> index) & 1) == 0) return NULL;
   while (!page->in_use) page--; /* slot 0 of a covered run is a span's first slot */
   return page;
+}
+/* span_map changes: remember its longest run of unused slots, and keep a queued segment in the
+ * queue of that run length (tld may be NULL for a segment no thread owns) */
+static void span_map_set(sm_tld_t *tld, sm_segment_t *segment, uint64_t map) {
+  bool queued = tld != NULL && segment->in_free_queue;
+  if (queued) segment_queue_remove(segment_free_queue(tld, segment), segment);
+  segment->span_map = map;
+  size_t run = 0;
+  for (uint64_t x = ~map & span_mask(0, segment->page_count); x != 0; x &= x << 1) run++;
+  segment->span_free_max = run;
+  if (queued) segment_queue_push(segment_free_queue(tld, segment), segment);
 }
 static bool segment_is_full(const sm_segment_t *segment) {
   return segment->kind == SM_SEGMENT_LARGE ? segment->span_map == span_mask(0, segment->page_count)
@@ -407,6 +424,7 @@ static void segment_init_header(sm_segment_t *segment, sm_segment_kind_t kind, s
   segment->map_start = (uint8_t *)segment;
   segment->map_size = size;
   segment->cookie = (uintptr_t)segment ^ smi_process_secret;
+  if (kind == SM_SEGMENT_LARGE) span_map_set(NULL, segment, 0);
   size_t page_size = kind <= SM_SEGMENT_LARGE ? (size_t)1 << page_shift : size;
   for (size_t i = 0; i < page_count; i++) {
     sm_page_t *page = &segment->pages[i];
@@ -492,11 +510,18 @@ static sm_page_t *segment_find_page(sm_segment_t *segment, size_t block_size, si
   return NULL;
 }
 
+/* a page from the tld's segments; large blocks go to the segment with the shortest free run that
+ * holds them (best fit: long runs stay for big blocks) */
 static sm_page_t *tld_find_page(sm_tld_t *tld, int kind, size_t block_size, size_t *slots) {
-  sm_segment_queue_t *q = tld_free_queue(tld, kind);
-  for (sm_segment_t *segment = q->first; segment != NULL; segment = segment->next) {
-    sm_page_t *page = segment_find_page(segment, block_size, slots);
-    if (page != NULL) return page;
+  if (kind != SM_SEGMENT_LARGE) {
+    sm_segment_t *segment = kind == SM_SEGMENT_SMALL ? tld->small_free.first : tld->medium_free.first;
+    return segment != NULL ? segment_find_page(segment, block_size, slots) : NULL;
+  }
+  for (size_t run = (block_size + SM_SMALL_PAGE_SIZE - 1) >> SM_SMALL_PAGE_SHIFT; run <= SM_SMALL_PAGES_PER_SEGMENT; run++) {
+    for (sm_segment_t *segment = tld->large_free[run].first; segment != NULL; segment = segment->next) {
+      sm_page_t *page = segment_find_page(segment, block_size, slots);
+      if (page != NULL) return page;
+    }
   }
   return NULL;
 }
@@ -555,7 +580,7 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size) {
   segment->used++;
   if (kind == SM_SEGMENT_LARGE) {
     page->span_slots = (uint8_t)slots;
-    segment->span_map |= span_mask((size_t)(page - segment->pages), slots);
+    span_map_set(tld, segment, segment->span_map | span_mask((size_t)(page - segment->pages), slots));
   }
   page->mem_is_zero = span_take(tld, segment, page, slots);
   if (segment_is_full(segment) && segment->in_free_queue) {
@@ -566,12 +591,13 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size) {
   return page;
 }
 
-/* a page (span) of `segment` is no longer in use */
-static void segment_page_release(sm_segment_t *segment, sm_page_t *page) {
+/* a page (span) of `segment` is no longer in use (tld: its owner's, or NULL) */
+static void segment_page_release(sm_tld_t *tld, sm_segment_t *segment, sm_page_t *page) {
   page->in_use = 0;
   page->free = page->local_free = NULL;
   page->mem_is_zero = 0;
-  if (segment->kind == SM_SEGMENT_LARGE) segment->span_map &= ~span_mask((size_t)(page - segment->pages), page->span_slots);
+  if (segment->kind == SM_SEGMENT_LARGE)
+    span_map_set(tld, segment, segment->span_map & ~span_mask((size_t)(page - segment->pages), page->span_slots));
   segment->used--;
 }
 
@@ -580,7 +606,7 @@ void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld) {
   sm_segment_t *segment = smi_page_segment(page);
   sm_assert(page->in_use && segment->used > 0);
   smi_count_add(SM_COUNT_PAGES, -1);
-  segment_page_release(segment, page);
+  segment_page_release(tld, segment, page);
   if (segment->used == 0) {
     segment_free(segment, tld);
     return;
@@ -806,9 +832,11 @@ void smi_segments_abandon(sm_heap_t *heap) {
     sm_assert(s->used == 0);
     segment_free(s, tld);
   }
-  while ((s = tld->large_free.first) != NULL) {
-    sm_assert(s->used == 0);
-    segment_free(s, tld);
+  for (size_t run = 0; run <= SM_SMALL_PAGES_PER_SEGMENT; run++) {
+    while ((s = tld->large_free[run].first) != NULL) {
+      sm_assert(s->used == 0);
+      segment_free(s, tld);
+    }
   }
   if (first != NULL) abandoned_push(first, last, count);
 }
@@ -827,7 +855,8 @@ static void segment_queue_absorb(sm_segment_queue_t *into, sm_segment_queue_t *f
 void smi_segments_absorb(sm_tld_t *tld, sm_tld_t *from, uintptr_t thread_id) {
   segment_queue_absorb(&tld->small_free, &from->small_free, thread_id);
   segment_queue_absorb(&tld->medium_free, &from->medium_free, thread_id);
-  segment_queue_absorb(&tld->large_free, &from->large_free, thread_id);
+  for (size_t run = 0; run <= SM_SMALL_PAGES_PER_SEGMENT; run++)
+    segment_queue_absorb(&tld->large_free[run], &from->large_free[run], thread_id);
   /* merge the purge lists, keeping them ordered by deadline */
   sm_page_t *a = tld->purge_first, *b = from->purge_first, *head = NULL, *tail = NULL;
   while (a != NULL || b != NULL) {
@@ -893,7 +922,7 @@ bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max, int kind) {
     if (segment == NULL) break;
     useful = segment->kind == kind;
     segment_reclaim(segment, heap);
-    if (useful) useful = tld_free_queue(heap->tld, kind)->first != NULL;
+    if (useful) useful = tld_has_room(heap->tld, kind);
   }
   return useful;
 }
@@ -926,7 +955,7 @@ void smi_segments_visit_abandoned(size_t max, bool force) {
       smi_page_collect(page);
       if (page->used != 0) continue;
       smi_stats_page_discard(page);
-      segment_page_release(segment, page);
+      segment_page_release(NULL, segment, page);
       for (size_t k = 0; k < page_slots(segment, page); k++) page[k].purge_at = due.now + (uint64_t)(delay > 0 ? delay : 0);
       smi_count_add(SM_COUNT_PAGES, -1);
     }

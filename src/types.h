@@ -153,6 +153,7 @@ typedef struct sm_segment_s {
   size_t page_count;    /* pages in this segment */
   size_t used;          /* pages in use */
   uint64_t span_map;    /* large segments: a bit per 64 KiB slot that an in-use page covers */
+  size_t span_free_max; /* large segments: the longest run of unused slots (a quick skip) */
   size_t size;          /* bytes from the segment start to its end */
   uint8_t *map_start;   /* the OS mapping (differs from the segment for over-aligned huge blocks) */
   size_t map_size;
@@ -176,7 +177,8 @@ typedef struct sm_segment_queue_s {
 typedef struct sm_tld_s {
   sm_segment_queue_t small_free;  /* small segments with an unused page */
   sm_segment_queue_t medium_free; /* medium segments with an unused page */
-  sm_segment_queue_t large_free;  /* large segments with an unused slot */
+  /* large segments with an unused slot, by their longest run of unused slots (best fit) */
+  sm_segment_queue_t large_free[SM_SMALL_PAGES_PER_SEGMENT + 1];
   size_t segment_count;           /* segments owned (excluding cache) */
   sm_page_t *purge_first, *purge_last; /* unused pages waiting to be purged, oldest first */
   uint64_t now_ms;                /* last clock reading */
