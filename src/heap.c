@@ -138,6 +138,7 @@ void smi_heap_collect(sm_heap_t *heap, bool force) {
       smi_heap_collect(heap, false);
     }
   }
+  if (force) smi_segments_release_empty(heap->tld);
   smi_segments_purge_expired(heap->tld, true);
   if (force) smi_segment_cache_flush();
   else smi_segment_cache_purge_all();
@@ -287,6 +288,7 @@ static void heap_part_destroy(sm_heap_t *part) {
     smi_huge_free(segment);
   }
   part->huge_first = NULL;
+  smi_segments_release_empty(part->tld);
   smi_segments_purge_expired(part->tld, true);
 }
 

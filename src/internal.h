@@ -167,7 +167,8 @@ static inline size_t smi_bin_of(size_t size) {
   if (size <= 128) return (size + 15) >> 4; /* 16->1, 32->2, ..., 128->8 */
   size_t s = size - 1;
   size_t b = 63 - (size_t)__builtin_clzl(s); /* floor(log2(size-1)) >= 7 */
-  return 9 + (b - 7) * 8 + ((s - ((size_t)1 << b)) >> (b - 3));
+  if (b < SM_BIN_COARSE_SHIFT) return 9 + (b - 7) * 8 + ((s - ((size_t)1 << b)) >> (b - 3));
+  return 9 + (SM_BIN_COARSE_SHIFT - 7) * 8 + (b - SM_BIN_COARSE_SHIFT) * 4 + ((s - ((size_t)1 << b)) >> (b - 2));
 }
 static inline size_t smi_bin_size(size_t bin) { return smi_bin_sizes[bin]; }
 #if SM_DEBUG
@@ -201,6 +202,7 @@ bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max, int kind);
 bool smi_segments_abandoned_any(void);
 void smi_segments_purge_expired(sm_tld_t *tld, bool force);
 void smi_segments_visit_abandoned(size_t max, bool force);
+void smi_segments_release_empty(sm_tld_t *tld);
 const sm_page_t *smi_segment_page_covering(const sm_segment_t *segment, const void *p);
 void smi_segments_note_abandoned_free(void);
 void smi_segment_cache_sweep_due(void);

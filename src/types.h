@@ -74,8 +74,10 @@
 #define SM_DIRECT_MAX 1024
 #define SM_DIRECT_COUNT (SM_DIRECT_MAX / 8 + 1)
 
-/* size classes: 8, 16..128 by 16, then 8 classes per power of two up to SM_LARGE_OBJ_MAX */
-#define SM_BIN_COUNT 121             /* bins 0..120, the last one holds SM_LARGE_OBJ_MAX */
+/* size classes: 8, 16..128 by 16, then 8 classes per power of two up to 8 KiB, and 4 per power
+ * of two from there up to SM_LARGE_OBJ_MAX (sizeclass.c says why) */
+#define SM_BIN_COARSE_SHIFT 13       /* sizes above 1 << this have 4 classes per power of two */
+#define SM_BIN_COUNT 89              /* bins 0..88, the last one holds SM_LARGE_OBJ_MAX */
 #define SM_BIN_FULL SM_BIN_COUNT     /* queue of pages with no free block */
 #define SM_MAX_ALIGN_GUARANTEE 16    /* every block of 16 bytes or more is 16-aligned */
 #define SM_MAX_ALLOC_SIZE ((size_t)PTRDIFF_MAX)
