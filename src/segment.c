@@ -2,12 +2,13 @@
  *
  *   small segment   64 pages of 64 KiB  (blocks up to 16 KiB)
  *   medium segment   8 pages of 512 KiB (blocks up to 128 KiB)
- *   large segment    1 page             (blocks up to 2 MiB)
+ *   large segment   64 slots of 64 KiB  (each block up to 2 MiB: one page spanning a few slots)
  *   huge segment     1 block in a mapping of whole segments (never in a heap queue)
  * The header (segment_t and its page_t array) fills the first OS page(s); page 0 starts after it.
  *
  * A thread owns its segments (segment->thread_id). It keeps those with an unused page in a queue
- * per kind, a few whole unused segments in a cache, and a list of unused pages whose memory is
+ * per kind (large ones by their longest free run), whole unused segments go to a cache shared by
+ * all threads, and a list of unused pages whose memory is
  * given back (purged) once purge_delay ms have passed without reuse. When a thread ends, its
  * segments are abandoned onto a global list and reclaimed by threads that need pages.
  * No lock is held across a system call: the only lock guards the abandoned list's two pointers. */
