@@ -75,6 +75,53 @@ void smi_heap_unfull_flagged(sm_heap_t *heap) {
 /* Run by the purger, with the heap's lock, while the owner may be on a fast path. Fast paths never
  * touch full pages, the purge list or the segment queues, so only those are used here: blocks
  * other threads freed into full pages are collected and pages that became empty go back. */
+/* The purger, holding the lock of an idle heap: have other threads freed every live block of this
+ * page? Only for a page that is not the first of its bin: the owner's lock-free paths allocate
+ * from first pages only, so without the lock nobody can take a block of this page, and its
+ * owner can only free blocks into it. So live blocks only decrease and blocks on thread_free only
+ * increase: if `used` read after counting thread_free equals that count, no block is live, none
+ * will be freed into it any more, and the owner has finished with it (its last local free ended
+ * with the store to `used` that made the two equal). The page is then free to go although its
+ * owner may run at any moment. `used` is read without the owner's synchronisation on purpose:
+ * hidden from ThreadSanitizer. A page whose list and `used` did not change since the last look
+ * (remembered in purge_at, unused while a page is in use and not retired) is not walked again. */
+#if defined(__clang__) || defined(__GNUC__)
+__attribute__((no_sanitize("thread")))
+#endif
+static size_t page_used_racy(const sm_page_t *page) {
+  return *(const volatile uint16_t *)&page->used;
+}
+
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SM_UNDER_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define SM_UNDER_TSAN 1
+#endif
+
+static bool page_freed_remotely(sm_page_t *page) {
+#if !defined(__x86_64__) || defined(SM_UNDER_TSAN)
+  /* The argument needs the owner's stores to become visible in order (x86's TSO): elsewhere the
+   * store to `used` could be seen before that free's store to local_free. Off there for now, and
+   * under ThreadSanitizer, which cannot see the ordering argument (no lock or atomic links the
+   * owner's last free to the collection) and would report it. */
+  (void)page;
+  return false;
+#endif
+  sm_block_t *head = smi_tf_block(atomic_load_explicit(&page->thread_free, memory_order_acquire));
+  if (head == NULL || page->retire_ticks != 0) return false;
+  size_t before = page_used_racy(page);
+  uint64_t seen = (uint64_t)(uintptr_t)head ^ ((uint64_t)before << 48);
+  if (page->purge_at == seen) return false;
+  page->purge_at = seen;
+  size_t count = 0;
+  for (sm_block_t *b = head; b != NULL && count <= before; b = smi_block_next(page, b)) count++;
+  atomic_thread_fence(memory_order_acquire); /* `used` after the count */
+  return count == page_used_racy(page);
+}
+
 void smi_heap_collect_idle(sm_heap_t *heap) {
   sm_block_t *block = atomic_exchange_explicit(&heap->thread_delayed_free, NULL, memory_order_acquire);
   sm_block_t *keep = NULL, *keep_last = NULL;
@@ -107,6 +154,18 @@ void smi_heap_collect_idle(sm_heap_t *heap) {
     if (page->used == 0) smi_page_free_empty(heap, page);
     else if (page->local_free != NULL) heap->full_have_free = true;
     page = next;
+  }
+  for (size_t bin = 0; bin < SM_BIN_FULL; bin++) {
+    sm_page_t *first = heap->pages[bin].first;
+    for (page = first != NULL ? first->next : NULL; page != NULL;) {
+      sm_page_t *next = page->next;
+      if (page_freed_remotely(page)) {
+        smi_page_collect_remote(page);
+        sm_assert(page->used == 0);
+        smi_page_free_empty(heap, page);
+      }
+      page = next;
+    }
   }
   smi_segments_purge_expired(heap->tld, false);
 }
