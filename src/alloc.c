@@ -247,7 +247,7 @@ static void *malloc_aligned_raw(sm_heap_t *heap, size_t size, size_t alignment, 
   if (sm_unlikely(padded < size)) return smi_enomem();
   if (sm_unlikely(pad && alignment > SM_LARGE_OBJ_MAX &&
                   (alignment > SM_SEGMENT_SIZE || offset > SM_SEGMENT_SIZE - SM_HUGE_HEADER_SIZE))) {
-    errno = EINVAL; /* as mimalloc, which refuses an offset with alignments this large */
+    errno = EINVAL; /* mimalloc likewise refuses an offset with very large alignments */
     return NULL;
   }
   uint8_t *p;

@@ -72,9 +72,6 @@ void smi_heap_unfull_flagged(sm_heap_t *heap) {
   }
 }
 
-/* Run by the purger, with the heap's lock, while the owner may be on a fast path. Fast paths never
- * touch full pages, the purge list or the segment queues, so only those are used here: blocks
- * other threads freed into full pages are collected and pages that became empty go back. */
 /* The purger, holding the lock of an idle heap: have other threads freed every live block of this
  * page? Only for a page that is not the first of its bin: the owner's lock-free paths allocate
  * from first pages only, so without the lock nobody can take a block of this page, and its
@@ -122,6 +119,10 @@ static bool page_freed_remotely(sm_page_t *page) {
   return count == page_used_racy(page);
 }
 
+/* Run by the purger, with the heap's lock, while the owner may be on a fast path. Fast paths never
+ * touch full pages, the purge list or the segment queues, so only those are used here: blocks
+ * other threads freed into full pages are collected and pages that became empty go back; so do
+ * pages that other threads emptied while they were in a bin queue (page_freed_remotely). */
 void smi_heap_collect_idle(sm_heap_t *heap) {
   sm_block_t *block = atomic_exchange_explicit(&heap->thread_delayed_free, NULL, memory_order_acquire);
   sm_block_t *keep = NULL, *keep_last = NULL;
