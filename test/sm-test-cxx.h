@@ -4,6 +4,7 @@
 #define SM_TEST_CXX_H
 
 #include <cstdio>
+#include <new>
 
 #include "shardmalloc.h"
 
@@ -33,6 +34,34 @@ static void begin(const char *name) {
 static void end() {
   std::printf("%-4s  %-60s %ld checks\n", sec_failures ? "FAIL" : "ok", section_name, sec_checks);
   std::fflush(stdout);
+}
+
+/* every unaligned operator new/delete form (plain, array, nothrow, sized) uses shardmalloc blocks */
+static void check_plain_operator_forms() {
+  int *a = new int(5);
+  CHECK_OWNED(a);
+  delete a;
+  int *b = new int[1000];
+  CHECK_OWNED(b);
+  delete[] b;
+  int *c = new (std::nothrow) int(3);
+  CHECK_OWNED(c);
+  delete c;
+  int *d = new (std::nothrow) int[77];
+  CHECK_OWNED(d);
+  delete[] d;
+  void *e = ::operator new(100);
+  CHECK_OWNED(e);
+  ::operator delete(e, 100); // sized
+  void *f = ::operator new[](100);
+  CHECK_OWNED(f);
+  ::operator delete[](f, 100); // sized array
+  void *g = ::operator new(100, std::nothrow);
+  CHECK_OWNED(g);
+  ::operator delete(g, std::nothrow);
+  void *h = ::operator new[](100, std::nothrow);
+  CHECK_OWNED(h);
+  ::operator delete[](h, std::nothrow);
 }
 
 static size_t opaque(size_t n) {

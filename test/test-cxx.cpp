@@ -131,30 +131,7 @@ int main() {
 
   begin("operator new/delete, all forms, are shardmalloc's");
   {
-    int *a = new int(5);
-    CHECK_OWNED(a);
-    delete a;
-    int *b = new int[1000];
-    CHECK_OWNED(b);
-    delete[] b;
-    int *c = new (std::nothrow) int(3);
-    CHECK_OWNED(c);
-    delete c;
-    int *d = new (std::nothrow) int[77];
-    CHECK_OWNED(d);
-    delete[] d;
-    void *e = ::operator new(100);
-    CHECK_OWNED(e);
-    ::operator delete(e, 100); // sized
-    void *f = ::operator new[](100);
-    CHECK_OWNED(f);
-    ::operator delete[](f, 100); // sized array
-    void *g = ::operator new(100, std::nothrow);
-    CHECK_OWNED(g);
-    ::operator delete(g, std::nothrow);
-    void *h = ::operator new[](100, std::nothrow);
-    CHECK_OWNED(h);
-    ::operator delete[](h, std::nothrow);
+    check_plain_operator_forms();
     for (size_t al = 1; al <= (4u << 20); al <<= 1) {
       std::align_val_t av{al};
       void *p = ::operator new(al + 3, av);
