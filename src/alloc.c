@@ -197,12 +197,47 @@ size_t sm_usable_size(const void *p) { return smi_usable_size(p); }
  * (the owner's) or a locked part whose lock the caller holds. heap_part_for_caller picks that
  * part; any_* wrap them with the lock when needed. */
 
-static inline void *heap_alloc(sm_heap_t *heap, size_t size, bool zero) {
+#if SM_INLINE_CHECKS
+/* The secure build pops from the page at hand and finishes the block with that page's block size
+ * (no second lookup): the link word cleared, the padding written. The rest goes the generic way
+ * and is finished by padding_finish. */
+static sm_noinline void *heap_alloc_generic(sm_heap_t *heap, size_t size, bool zero) {
+  return padding_finish(smi_malloc_generic(heap, padded(size), false), size, zero);
+}
+/* the popped block's link leaves its page: smi_page_pop reports it and ends the list there */
+static sm_noinline void *heap_alloc_bad_link(sm_page_t *page, sm_block_t *block, size_t size, bool zero) {
+  return padding_finish(smi_page_pop(page, block), size, zero);
+}
+static inline __attribute__((always_inline)) void *heap_alloc(sm_heap_t *heap, size_t size, bool zero) {
+  if (sm_likely(size <= SM_DIRECT_MAX - SM_PADDING)) {
+    sm_page_t *page = heap->pages_direct[(size + SM_PADDING + 7) >> 3];
+    sm_block_t *block = page->free;
+    if (sm_likely(block != NULL)) {
+      /* smi_page_pop's check, its report out of line */
+      sm_block_t *next = smi_block_next(page, block);
+      if (sm_unlikely((uintptr_t)next - (uintptr_t)smi_page_start(page) >= (size_t)page->capacity * page->block_size) &&
+          next != NULL)
+        return heap_alloc_bad_link(page, block, size, zero);
+      page->free = next;
+      page->used++;
+      uint8_t *b = (uint8_t *)block;
+      if (zero && size > sizeof(sm_block_t)) memset(b, 0, size);
+      else block->next = NULL; /* covers a zeroed request of up to 8 bytes too */
+      smi_padding_write(b, size, page->block_size);
+      return b;
+    }
+  }
+  return heap_alloc_generic(heap, size, zero);
+}
+#else
+/* always inline: the memory checkers name the function that announces a block (malloc's caller) */
+static inline __attribute__((always_inline)) void *heap_alloc(sm_heap_t *heap, size_t size, bool zero) {
   if (SM_CHECK_FREES || !zero) return padding_finish(smi_heap_malloc(heap, padded(size)), size, zero);
   return heap_malloc_zero(heap, size);
 }
+#endif
 
-void *sm_malloc(size_t size) { return padding_finish(smi_heap_malloc(smi_tls_heap, padded(size)), size, false); }
+void *sm_malloc(size_t size) { return heap_alloc(smi_tls_heap, size, false); }
 
 void *sm_malloc_small(size_t size) {
   sm_assert(size <= SM_SMALL_SIZE_MAX);

@@ -113,18 +113,6 @@ static bool block_is_free(const sm_page_t *page, const sm_block_t *block, bool o
 #endif
 }
 
-/* Divisibility by a block size without a division (Lemire, Kaser and Kurz, "Faster remainder by
- * direct computation", 2019): with c = ceil(2^64 / d), a 32-bit n is a multiple of d exactly
- * when n * c mod 2^64 < c. One c per size class, stored the first time a page of the class is
- * checked the slow way; 0 (not stored yet) sends every pointer down that slow way. */
-static _Atomic(uint64_t) bin_magic[SM_BIN_COUNT];
-
-static void bin_magic_store(const sm_page_t *page) {
-  size_t bsize = smi_bin_size(page->bin);
-  sm_assert(page->block_size == bsize);
-  if (page->block_size == bsize) atomic_store_explicit(&bin_magic[page->bin], UINT64_MAX / bsize + 1, memory_order_relaxed);
-}
-
 /* Is p a block (or aligned pointer into a block) that shardmalloc handed out and that is not free?
  * Returns its page if so. Reports and returns NULL for foreign, interior, and already-freed
  * pointers: the caller then ignores the free, so the heap is never corrupted by it. Every check,
@@ -156,7 +144,6 @@ static sm_page_t *block_validate(const void *p) {
     smi_error(EINVAL, "double free of %p (block size %zu)", p, page->block_size);
     return NULL;
   }
-  if (SM_SECURE && segment->kind != SM_SEGMENT_HUGE) bin_magic_store(page); /* for free_check */
   smi_padding_check(p, page->block_size);
   return page;
 }
@@ -181,22 +168,26 @@ static sm_noinline sm_page_t *free_check_full(const void *p) {
 
 /* The secure build's test for the common case, a block start of a small, medium or large page
  * whose link word does not decode into its page (so it is live), with its canary intact: loads
- * from the segment header and the block (its first word and its padding), no division, no call.
- * Anything else (huge blocks, aligned pointers, free-looking blocks, bad pointers, overflows)
- * goes through free_check_full, which decides and reports. */
-#if SM_SECURE && !SM_DEBUG && !SM_TRACK
+ * from the segment map, the segment header, the page descriptor and the block (its first word
+ * and its padding), no division, no call. The segment map is exact (a bit per segment start), so
+ * the header's cookie is left to the full check. Anything else (huge blocks, aligned pointers,
+ * free-looking blocks, bad pointers, overflows) goes through free_check_full, which decides and
+ * reports.
+ * The block-start test divides without a division (Lemire, Kaser and Kurz, "Faster remainder by
+ * direct computation", 2019): with c = ceil(2^64 / d) (the page's block_magic), a 32-bit n is a
+ * multiple of d exactly when n * c mod 2^64 < c. */
+#if SM_INLINE_CHECKS
 static inline sm_page_t *free_check_fast(const void *p) {
   sm_segment_t *segment = smi_ptr_segment(p);
   /* the map first: a header is read only once the map says the segment is ours */
-  if (sm_likely(smi_segment_is_registered(segment) && segment->cookie == ((uintptr_t)segment ^ smi_process_secret) &&
-                segment->kind != SM_SEGMENT_HUGE)) {
+  if (sm_likely(smi_segment_is_registered(segment) && segment->kind != SM_SEGMENT_HUGE)) {
     sm_page_t *page = smi_segment_page_of(segment, p);
     __asm__("" : "+r"(page)); /* computed once: gcc otherwise re-derives it from the index */
     uintptr_t start = (uintptr_t)smi_page_start(page);
     size_t bsize = page->block_size;
     size_t limit = (size_t)page->capacity * bsize; /* carved blocks span [start, start + limit) */
     uintptr_t offset = (uintptr_t)p - start;       /* p below start wraps above limit */
-    uint64_t magic = atomic_load_explicit(&bin_magic[page->bin], memory_order_relaxed);
+    uint64_t magic = page->block_magic;
     if (sm_likely(page->in_use && offset < limit && (uint64_t)(uint32_t)offset * magic < magic)) { /* a block start */
       uintptr_t next = (uintptr_t)smi_block_next(page, (const sm_block_t *)p);
       if (sm_likely(next - start >= limit && next != 0 && /* live: its link word is no link */
@@ -208,17 +199,9 @@ static inline sm_page_t *free_check_fast(const void *p) {
 }
 #endif
 
-static inline sm_page_t *free_check(const void *p) {
-#if SM_SECURE && !SM_DEBUG && !SM_TRACK
-  sm_page_t *page = free_check_fast(p);
-  if (sm_likely(page != NULL)) return page;
-#endif
-  return free_check_full(p);
-}
-
 /* realloc in place: p must pass every check a free makes (reported the same way), nothing more */
 bool smi_block_is_live(const void *p) {
-#if SM_SECURE && !SM_DEBUG && !SM_TRACK
+#if SM_INLINE_CHECKS
   if (sm_likely(free_check_fast(p) != NULL)) return true;
 #endif
   return block_validate(p) != NULL;
@@ -313,22 +296,37 @@ void smi_quarantine_flush(sm_heap_t *heap) {
 }
 #endif
 
-/* the body of sm_free and free: inlined into both (one function aliased to the other would make
- * valgrind, which replaces `free`, take sm_free for its own) */
-static inline __attribute__((always_inline)) void smi_free(void *p) {
-  if (sm_unlikely(p == NULL)) return;
 #if SM_CHECK_FREES
-  sm_page_t *page = free_check(p);
-  if (page == NULL) return;
+/* p passed the checks: the secure options, then the free itself */
+static inline __attribute__((always_inline)) void free_checked(void *p, sm_page_t *page) {
   sm_segment_t *segment = smi_page_segment(page);
 #if SM_SECURE
   /* both options are off by default: one test of the two, the work out of line */
-  if (sm_unlikely((int)(smi_option(sm_option_zero_on_free) != 0) | (int)(smi_option(sm_option_quarantine) > 0))) {
+  if (sm_unlikely(atomic_load_explicit(&smi_free_options_on, memory_order_relaxed))) {
     free_with_options(p, segment, page);
     return;
   }
 #endif
   free_block(p, segment, page);
+}
+
+/* every check, out of line (a separate function, so that free's fast path saves no registers) */
+static sm_noinline void free_check_full_then_free(void *p) {
+  sm_page_t *page = free_check_full(p);
+  if (page != NULL) free_checked(p, page);
+}
+#endif
+
+/* the body of sm_free and free: inlined into both (one function aliased to the other would make
+ * valgrind, which replaces `free`, take sm_free for its own) */
+static inline __attribute__((always_inline)) void smi_free(void *p) {
+  if (sm_unlikely(p == NULL)) return;
+#if SM_INLINE_CHECKS
+  sm_page_t *page = free_check_fast(p);
+  if (sm_unlikely(page == NULL)) free_check_full_then_free(p);
+  else free_checked(p, page);
+#elif SM_CHECK_FREES
+  free_check_full_then_free(p);
 #else
   sm_segment_t *segment = smi_ptr_segment(p);
   free_block(p, segment, smi_segment_page_of(segment, p));

@@ -50,6 +50,9 @@ static inline long smi_option(sm_option_t opt) {
   return atomic_load_explicit(&smi_option_values[opt], memory_order_relaxed);
 }
 void smi_options_init(void); /* reads the environment; called once by smi_process_init */
+#if SM_SECURE
+extern _Atomic(bool) smi_free_options_on; /* zero_on_free or quarantine: free's one test of both */
+#endif
 void smi_options_print(void); /* verbose: every option, its value and where it came from */
 void smi_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void smi_warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

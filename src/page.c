@@ -18,6 +18,7 @@
 /* how many blocks one extension carves out: at most 4 KiB worth, at least 4 blocks */
 #define SM_EXTEND_BYTES 4096
 #define SM_EXTEND_MIN 4
+#define SM_SHUFFLE_GROUP 8 /* secure builds: new blocks are handed out in a random order within groups this large */
 /* slow-path calls an empty page is kept before it goes back to its segment */
 #define SM_RETIRE_CALLS_SMALL 1024
 #define SM_RETIRE_CALLS_OTHER 64
@@ -229,17 +230,6 @@ void smi_page_collect(sm_page_t *page) {
   }
 }
 
-#if SM_SECURE
-static size_t gcd(size_t a, size_t b) {
-  while (b != 0) {
-    size_t t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
-#endif
-
 /* Carve the next few blocks of the page into the (empty) free list. Done a little at a time so
  * that a fresh page costs page faults only for what is used. */
 static void page_extend(sm_page_t *page) {
@@ -255,17 +245,30 @@ static void page_extend(sm_page_t *page) {
   memset(first, 0xDF, extend * bsize); /* fresh blocks look freed: malloc checks the pattern */
 #endif
 #if SM_SECURE
-  if (extend > 1) { /* link the new blocks in a random order: a stride coprime to their count */
-    uint64_t r = smi_heap_random(smi_page_heap(page));
-    size_t idx = r % extend, stride = 1 + (size_t)(r >> 32) % (extend - 1);
-    while (gcd(stride, extend) != 1) stride = stride % (extend - 1) + 1; /* stride 1 always qualifies */
-    sm_block_t *head = (sm_block_t *)(first + idx * bsize), *prev = head;
-    for (size_t k = 1; k < extend; k++) {
-      idx += stride; /* (r % extend + k * stride) % extend, without a division: stride < extend */
-      if (idx >= extend) idx -= extend;
-      sm_block_t *b = (sm_block_t *)(first + idx * bsize);
-      smi_block_set_next(page, prev, b);
-      prev = b;
+  if (extend > 1) {
+    /* link the new blocks in a random order, shuffled within groups of SM_SHUFFLE_GROUP
+     * consecutive blocks: each next address is a fresh pick among up to that many, and blocks
+     * allocated one after the other stay close (programs walk what they allocated together) */
+    sm_heap_t *heap = smi_page_heap(page);
+    sm_block_t *head = NULL, *prev = NULL;
+    for (size_t group = 0; group < extend; group += SM_SHUFFLE_GROUP) {
+      size_t n = extend - group < SM_SHUFFLE_GROUP ? extend - group : SM_SHUFFLE_GROUP;
+      uint8_t order[SM_SHUFFLE_GROUP];
+      for (size_t i = 0; i < n; i++) order[i] = (uint8_t)i;
+      uint64_t r = smi_heap_random(heap);
+      for (size_t i = n - 1; i > 0; i--) { /* Fisher-Yates, 8 random bits a step */
+        size_t j = (size_t)((r & 0xff) * (i + 1)) >> 8;
+        r >>= 8;
+        uint8_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+      }
+      for (size_t i = 0; i < n; i++) {
+        sm_block_t *b = (sm_block_t *)(first + (group + order[i]) * bsize);
+        if (prev == NULL) head = b;
+        else smi_block_set_next(page, prev, b);
+        prev = b;
+      }
     }
     smi_block_set_next(page, prev, NULL);
     smi_track_noaccess(first, extend * bsize);
@@ -301,6 +304,7 @@ void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t a
 #if SM_SECURE
   page->keys[0] = (uintptr_t)heap->random ^ (uintptr_t)page ^ smi_process_secret;
   page->keys[1] = ((uintptr_t)heap->random * 0x9E3779B97F4A7C15ull) | 1;
+  page->block_magic = UINT64_MAX / block_size + 1;
 #endif
   sm_assert(page->reserved >= 1);
 }

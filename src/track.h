@@ -36,5 +36,8 @@ void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
 #define smi_track_noaccess(p, size) ((void)0)
 #endif
 #define SM_TRACK (SM_VALGRIND || SM_ASAN)
+/* the secure build checks frees and writes the padding inline; the debug and memory-checker builds
+ * take the full, out-of-line checks every time */
+#define SM_INLINE_CHECKS (SM_SECURE && !SM_DEBUG && !SM_TRACK)
 
 #endif

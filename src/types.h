@@ -133,7 +133,8 @@ typedef struct sm_page_s {
   struct sm_page_s *next, *prev; /* in a heap page queue, or in the tld purge list when unused */
   uint64_t purge_at;    /* unused page: ms at which it is purged; retired page: slow call at which it goes */
 #if SM_SECURE
-  uintptr_t keys[2]; /* free-list pointer encoding */
+  uintptr_t keys[2];    /* free-list pointer encoding */
+  uint64_t block_magic; /* ceil(2^64 / block_size): free's block-start test without a division */
 #endif
 } sm_page_t;
 
@@ -245,6 +246,6 @@ _Static_assert(SM_DIRECT_MAX <= SM_SMALL_OBJ_MAX, "direct sizes are small");
 _Static_assert(offsetof(sm_page_t, free) == 0, "free list first: one load on the fast path");
 _Static_assert(SM_SMALL_PAGES_PER_SEGMENT <= 64, "a large segment's slots fit span_map");
 _Static_assert(SM_SMALL_PAGE_SIZE / 8 <= UINT16_MAX, "block counts of a page fit 16 bits");
-_Static_assert(sizeof(sm_page_t) == 96 + 16 * SM_SECURE, "page descriptors stay small");
+_Static_assert(sizeof(sm_page_t) == 96 + 24 * SM_SECURE, "page descriptors stay small");
 
 #endif

@@ -8,8 +8,8 @@
  *   - sized free with a wrong size (free_sized, C++ sized operator delete) is reported and ignored
  *     with SHARDMALLOC_ABORT_ON_ERROR=0, and aborts by default;
  *   - sm_register_error's handler gets the error code when abort_on_error is off;
- *   - randomised free-list order: two processes see different address sequences, while the
- *     release build hands out a fresh page in ascending order.
+ *   - randomised free-list order: two processes see different address sequences, not a fixed
+ *     stride, while the release build hands out a fresh page in ascending order.
  * Usage: test-secure-features LIBSHARDMALLOC-SECURE.so LIBSHARDMALLOC.so
  * The program itself is not linked with shardmalloc: the sm_ functions are looked up with dlsym. */
 #include "extra-util.h"
@@ -306,6 +306,15 @@ int main(int argc, char **argv) {
     printf("      secure run 2: %s", strstr(r2.out, "diffs:") ? strstr(r2.out, "diffs:") : "-\n");
     CHECK(!same, "expected two secure processes to differ in the order of 32 consecutive malloc(32), seen the same sequence");
     CHECK(!ascending, "expected the secure order not to be plain ascending (in at least one of two runs)");
+    /* not a fixed stride either (two observed addresses would give every later one away): a
+     * fixed stride through a window shows at most two distinct differences */
+    int distinct = 0;
+    for (int i = 0; i < na; i++) {
+      bool seen = false;
+      for (int j = 0; j < i; j++) seen |= a[j] == a[i];
+      distinct += !seen;
+    }
+    CHECK(distinct >= 4, "expected the differences between consecutive secure addresses to vary (at least 4 distinct), seen %d", distinct);
     long c[31];
     int nc = order_diffs(release_lib, c, &r);
     printf("      release:      %s", strstr(r.out, "diffs:") ? strstr(r.out, "diffs:") : "-\n");
