@@ -215,9 +215,7 @@ static inline __attribute__((always_inline)) void *heap_alloc(sm_heap_t *heap, s
     if (sm_likely(block != NULL)) {
       /* smi_page_pop's check, its report out of line */
       sm_block_t *next = smi_block_next(page, block);
-      if (sm_unlikely((uintptr_t)next - (uintptr_t)smi_page_start(page) >= (size_t)page->capacity * page->block_size) &&
-          next != NULL)
-        return heap_alloc_bad_link(page, block, size, zero);
+      if (sm_unlikely(!smi_page_link_ok(page, next))) return heap_alloc_bad_link(page, block, size, zero);
       page->free = next;
       page->used++;
       uint8_t *b = (uint8_t *)block;

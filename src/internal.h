@@ -360,13 +360,18 @@ static inline bool smi_page_is_expandable(const sm_page_t *page) { return page->
 /* The malloc fast path: one TLS load, one table load, pop. */
 void smi_page_free_list_corrupted(sm_page_t *page, const sm_block_t *block);
 
+/* a free-list link that leaves its page is corruption (a write after free): report it, never
+ * follow it. One unsigned compare tests both ends; NULL (the list's end) fails it too and is let
+ * through. */
+static inline bool smi_page_link_ok(const sm_page_t *page, const sm_block_t *next) {
+  return sm_likely((uintptr_t)next - (uintptr_t)smi_page_start(page) < (size_t)page->capacity * page->block_size) ||
+         next == NULL;
+}
+
 static inline void *smi_page_pop(sm_page_t *page, sm_block_t *block) {
 #if SM_CHECK_FREES
-  /* a link that leaves its page is corruption (a write after free): report it, never follow it.
-   * One unsigned compare tests both ends; NULL (the list's end) fails it too and is let through. */
   sm_block_t *next = smi_block_next(page, block);
-  if (sm_unlikely((uintptr_t)next - (uintptr_t)smi_page_start(page) >= (size_t)page->capacity * page->block_size) &&
-      next != NULL) {
+  if (sm_unlikely(!smi_page_link_ok(page, next))) {
     smi_page_free_list_corrupted(page, block);
     next = NULL;
   }

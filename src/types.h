@@ -102,7 +102,7 @@ struct sm_segment_s;
 typedef struct sm_page_s {
   /* fast-path fields first: malloc touches free/used, free touches local_free/used/flags.
    * Block counts fit 16 bits (a page holds at most SM_SMALL_PAGE_SIZE / 8 blocks); keeping them
-   * small keeps a page descriptor at 96 bytes (free's fast path multiplies by it). */
+   * small keeps a page descriptor at 96 bytes, 120 in secure builds (free multiplies by it). */
   sm_block_t *free;     /* malloc pops from here */
   uint16_t used;        /* blocks handed out, not yet back on free or local_free */
   union {
