@@ -380,6 +380,11 @@ static void segment_dirty_unused(sm_segment_t *segment, void (*fn)(sm_segment_t 
   }
 }
 
+static void purge_list_join(sm_segment_t *segment, sm_page_t *page, void *tld) {
+  (void)segment;
+  purge_list_insert(tld, page);
+}
+
 /* ---- segment allocation ---- */
 
 /* bytes before page 0's first block (header, and in secure builds its guard page) */
@@ -438,10 +443,20 @@ static void segment_init_header(sm_segment_t *segment, sm_segment_kind_t kind, s
 
 static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
   sm_tld_t *tld = heap->tld;
+  if (tld->segment_count >= tld->segment_peak) {
+    /* A new high. The unused pages still waiting out their delay could not serve this request
+     * (another kind, or runs too short), and keeping them now would add them to the peak: gcc
+     * frees 14 MiB of medium pages and at once needs small ones. A thread reaches a new high at
+     * most once per segment of its peak, so this cannot turn into a purge/fault cycle. */
+    tld->segment_peak = tld->segment_count + 1;
+    smi_segments_purge_expired(tld, true);
+  }
   sm_segment_t *segment = segment_cache_pop((size_t)heap->thread_id, 1, 1);
   bool zero;
+  uint64_t cached_until = 0;
   if (segment != NULL) {
     zero = segment->purged;
+    cached_until = segment->purge_at;
     smi_mem_unpurged(segment->purged_bytes); /* its header is rewritten below */
   } else {
     smi_stat_inc(SM_STAT_SEGMENT_MAP);
@@ -461,6 +476,12 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
   size_t count = medium ? SM_SEGMENT_SIZE / SM_MEDIUM_PAGE_SIZE : SM_SMALL_PAGES_PER_SEGMENT;
   size_t shift = medium ? SM_MEDIUM_PAGE_SHIFT : SM_SMALL_PAGE_SHIFT;
   segment_init_header(segment, kind, count, shift, SM_SEGMENT_SIZE, heap->thread_id, zero);
+  if (!zero && smi_option(sm_option_purge_delay) > 0) {
+    /* a cached segment still resident: its pages keep the cache's deadline, or those this thread
+     * does not use would stay resident for as long as it keeps the segment */
+    for (size_t i = 0; i < count; i++) segment->pages[i].purge_at = cached_until;
+    segment_dirty_unused(segment, purge_list_join, tld);
+  }
   tld->segment_count++;
   smi_count_add(SM_COUNT_SEGMENTS, 1);
   sm_segment_queue_t *q = segment_free_queue(tld, segment);
@@ -889,11 +910,6 @@ void smi_segments_absorb(sm_tld_t *tld, sm_tld_t *from, uintptr_t thread_id) {
   from->purge_first = from->purge_last = NULL;
   tld->segment_count += from->segment_count;
   from->segment_count = 0;
-}
-
-static void purge_list_join(sm_segment_t *segment, sm_page_t *page, void *tld) {
-  (void)segment;
-  purge_list_insert(tld, page);
 }
 
 static void segment_reclaim(sm_segment_t *segment, sm_heap_t *heap) {

@@ -183,6 +183,7 @@ typedef struct sm_tld_s {
   /* large segments with an unused slot, by their longest run of unused slots (best fit) */
   sm_segment_queue_t large_free[SM_SMALL_PAGES_PER_SEGMENT + 1];
   size_t segment_count;           /* segments owned (excluding cache) */
+  size_t segment_peak;            /* the most it has owned at once */
   sm_page_t *purge_first, *purge_last; /* unused pages waiting to be purged, oldest first */
   uint64_t now_ms;                /* last clock reading */
   uint32_t purge_scale;           /* purge_delay multiplier, raised while purged pages are reused soon */

@@ -15,7 +15,13 @@
  *   no-background  SHARDMALLOC_BACKGROUND_PURGE=0: no extra thread while two threads allocate;
  *   background     default: a thread named "shardmalloc" appears while two threads allocate and
  *                  is gone after the second one is joined;
- *   huge-realloc   a block grown from 1 MiB to 1 GiB by 1 MiB steps keeps its contents.
+ *   huge-realloc   a block grown from 1 MiB to 1 GiB by 1 MiB steps keeps its contents;
+ *   kind-switch    SHARDMALLOC_PURGE_DELAY=60000: 28 MiB of medium pages freed (their segments
+ *                  still in use), then 32 MiB of small blocks: the medium pages are given back when
+ *                  the small ones need new segments, not a minute later;
+ *   cached-reuse   SHARDMALLOC_PURGE_DELAY=100: a resident cached segment (a freed 3 MiB block)
+ *                  taken for a few small blocks: the pages those do not use are purged after the
+ *                  delay like any other unused page.
  * RSS is read from /proc/self/statm without allocating; the test's own pointer arrays live in
  * mmap'ed memory, measured before the heap grows and subtracted. */
 #include "extra-util.h"
@@ -539,10 +545,83 @@ static void case_adaptive(void) {
   }
 }
 
+/* ---------------------------------------------------------------- kind-switch */
+static void case_kind_switch(void) {
+  SECTION("medium pages waiting out a long purge delay go when small blocks need new segments") {
+    enum { MEDIUM = 64 * 1024, MEDIUM_N = 512, SMALL = 1024, SMALL_N = 32 * 1024 };
+    void **medium = map_array(MEDIUM_N * sizeof(void *)), **small = map_array(SMALL_N * sizeof(void *));
+    size_t base = rss_now();
+    for (int i = 0; i < MEDIUM_N; i++) {
+      medium[i] = malloc(MEDIUM);
+      if (medium[i] == NULL) abort();
+      memset(medium[i], 0x31, MEDIUM);
+    }
+    /* free all but the blocks in the first 512 KiB of each segment: every segment stays in use,
+     * so its freed pages wait on the purge list (not in the segment cache) */
+    size_t kept = 0;
+    for (int i = 0; i < MEDIUM_N; i++) {
+      if ((((uintptr_t)medium[i] & (4 * MiB - 1)) >> 19) == 0) kept++;
+      else free(medium[i]), medium[i] = NULL;
+    }
+    size_t mid = rss_now() - base;
+    for (int i = 0; i < SMALL_N; i++) {
+      small[i] = malloc(SMALL);
+      if (small[i] == NULL) abort();
+      memset(small[i], 0x32, SMALL);
+    }
+    size_t after = rss_now() - base;
+    size_t expect = 32 * MiB + kept * MEDIUM; /* what is in use */
+    printf("      heap RSS: %zu MiB with the medium blocks, %.1f MiB after freeing all but %zu of them, "
+           "%.1f MiB with 32 MiB of small blocks as well (in use: %.1f MiB)\n",
+           (size_t)MEDIUM_N * MEDIUM / MiB, (double)mid / (double)MiB, kept, (double)after / (double)MiB,
+           (double)expect / (double)MiB);
+    CHECK(mid > 24 * MiB, "expected the freed medium pages to stay resident (delay 60 s), seen %.1f MiB",
+          (double)mid / (double)MiB);
+    CHECK(after < expect + 8 * MiB, "expected heap RSS below %.1f MiB, seen %.1f MiB",
+          (double)(expect + 8 * MiB) / (double)MiB, (double)after / (double)MiB);
+    for (int i = 0; i < MEDIUM_N; i++) free(medium[i]);
+    for (int i = 0; i < SMALL_N; i++) free(small[i]);
+  }
+}
+
+/* ---------------------------------------------------------------- cached-reuse */
+static size_t resident_pages(void *start, size_t len) {
+  static unsigned char vec[4 * MiB / 4096];
+  if (mincore(start, len, vec) != 0) return (size_t)-1;
+  size_t n = 0;
+  for (size_t i = 0; i < len / 4096; i++) n += vec[i] & 1;
+  return n;
+}
+
+static void case_cached_reuse(void) {
+  SECTION("a resident cached segment reused for a few blocks: the rest is purged after the delay") {
+    uint8_t *huge = malloc(3 * MiB); /* one segment of its own */
+    if (huge == NULL) abort();
+    memset(huge, 0x41, 3 * MiB);
+    uint8_t *segment = (uint8_t *)((uintptr_t)huge & ~(uintptr_t)(4 * MiB - 1));
+    free(huge); /* to the segment cache, resident */
+    sm_heap_t *heap = sm_heap_new(); /* segments of its own: it takes the cached one */
+    void *p = sm_heap_malloc(heap, 100);
+    uint8_t *p_segment = (uint8_t *)((uintptr_t)p & ~(uintptr_t)(4 * MiB - 1));
+    CHECK(p_segment == segment, "expected the new heap to take the cached segment %p, got %p", (void *)segment,
+          (void *)p_segment);
+    size_t before = resident_pages(segment, 4 * MiB);
+    sleep_ms(300); /* three delays */
+    void *q = sm_heap_malloc(heap, 5000); /* a slow path: pending purges that are due run */
+    size_t after = resident_pages(segment, 4 * MiB);
+    printf("      resident pages of the segment: %zu when taken, %zu after the delay\n", before, after);
+    CHECK(before > 512, "expected the cached segment to be resident when taken (seen %zu pages)", before);
+    CHECK(after < 64, "expected the pages the heap does not use to be purged (seen %zu resident)", after);
+    sm_free(q);
+    sm_free(p);
+    sm_heap_destroy(heap);
+  }
+}
+
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|madv-free|no-background|background|huge-realloc|prefault|adaptive\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|cached-reuse\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -561,6 +640,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "huge-realloc")) case_huge_realloc();
   else if (!strcmp(c, "prefault")) case_prefault();
   else if (!strcmp(c, "adaptive")) case_adaptive();
+  else if (!strcmp(c, "kind-switch")) case_kind_switch();
+  else if (!strcmp(c, "cached-reuse")) case_cached_reuse();
   else {
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
