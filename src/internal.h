@@ -24,7 +24,7 @@
 #endif
 
 #if SM_DEBUG
-void smi_assert_fail(const char *expr, const char *file, int line);
+__attribute__((noreturn)) void smi_assert_fail(const char *expr, const char *file, int line);
 #define sm_assert(x) ((x) ? (void)0 : smi_assert_fail(#x, __FILE__, __LINE__))
 #else
 #define sm_assert(x) ((void)0)

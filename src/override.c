@@ -218,6 +218,7 @@ static void fill_mallinfo(size_t *arena, size_t *hblks, size_t *hblkhd, size_t *
   *uord = *arena > cached ? *arena - cached : 0;
   *ford = cached;
 }
+#if defined(__GLIBC__) /* musl has no mallinfo */
 SM_PUBLIC struct mallinfo2 mallinfo2(void) {
   struct mallinfo2 mi;
   memset(&mi, 0, sizeof mi);
@@ -237,16 +238,18 @@ SM_PUBLIC struct mallinfo mallinfo(void) { /* the old int fields saturate */
 #undef SM_SAT
   return mi;
 }
+#endif
 SM_PUBLIC void malloc_stats(void) { sm_stats_print(); }
 SM_PUBLIC int malloc_info(int options, FILE *out) {
   if (options != 0 || out == NULL) {
     errno = EINVAL;
     return -1;
   }
-  struct mallinfo2 mi = mallinfo2();
+  size_t arena, hblks, hblkhd, uord, ford;
+  fill_mallinfo(&arena, &hblks, &hblkhd, &uord, &ford);
   fprintf(out, "<malloc version=\"shardmalloc-%d\">\n<system type=\"current\" size=\"%zu\"/>\n"
                "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>\n<total type=\"cached\" size=\"%zu\"/>\n</malloc>\n",
-          SM_VERSION, mi.arena + mi.hblkhd, mi.hblks, mi.hblkhd, mi.fordblks);
+          SM_VERSION, arena + hblkhd, hblks, hblkhd, ford);
   return 0;
 }
 
