@@ -76,12 +76,14 @@ void smi_heap_unfull_flagged(sm_heap_t *heap) {
  * page? Only for a page that is not the first of its bin: the owner's lock-free paths allocate
  * from first pages only, so without the lock nobody can take a block of this page, and its
  * owner can only free blocks into it. So live blocks only decrease and blocks on thread_free only
- * increase: if `used` read after counting thread_free equals that count, no block is live, none
- * will be freed into it any more, and the owner has finished with it (its last local free ended
- * with the store to `used` that made the two equal). The page is then free to go although its
- * owner may run at any moment. `used` is read without the owner's synchronisation on purpose:
- * hidden from ThreadSanitizer. A page whose list and `used` did not change since the last look
- * (remembered in purge_at, unused while a page is in use and not retired) is not walked again. */
+ * increase: if `used` read after counting thread_free equals that count, no block is live and
+ * none will be freed into it any more. The owner's last local free ended with the store to `used`
+ * that made the two equal, but its store to local_free may become visible later (only x86 keeps
+ * stores in order), so the page goes only at the next tick, if nothing changed and a barrier on
+ * every thread (membarrier) came in between; then it is free to go although its owner may run at
+ * any moment. `used` is read without the owner's synchronisation on purpose: hidden from
+ * ThreadSanitizer. A page whose list and `used` did not change since the last look (remembered in
+ * purge_at, unused while a page is in use and not retired) is not walked again. */
 #if defined(__clang__) || defined(__GNUC__)
 __attribute__((no_sanitize("thread")))
 #endif
@@ -98,12 +100,14 @@ static size_t page_used_racy(const sm_page_t *page) {
 #define SM_UNDER_TSAN 1
 #endif
 
+/* a page found empty at tick `tick`, with this list head and `used` (bit 0 set: heads are aligned,
+ * so it never equals a plain snapshot) */
+static uint64_t empty_snapshot(uint64_t seen, uint64_t tick) { return (seen ^ (tick * 0x9E3779B97F4A7C15ull)) | 1; }
+
 static bool page_freed_remotely(sm_page_t *page) {
-#if !defined(__x86_64__) || defined(SM_UNDER_TSAN)
-  /* The argument needs the owner's stores to become visible in order (x86's TSO): elsewhere the
-   * store to `used` could be seen before that free's store to local_free. Off there for now, and
-   * under ThreadSanitizer, which cannot see the ordering argument (no lock or atomic links the
-   * owner's last free to the collection) and would report it. */
+#if defined(SM_UNDER_TSAN)
+  /* ThreadSanitizer cannot see the argument (the owner's last free is ordered before the
+   * collection by the barrier, a system call), and would report it */
   (void)page;
   return false;
 #endif
@@ -111,12 +115,25 @@ static bool page_freed_remotely(sm_page_t *page) {
   if (head == NULL || page->retire_ticks != 0) return false;
   size_t before = page_used_racy(page);
   uint64_t seen = (uint64_t)(uintptr_t)head ^ ((uint64_t)before << 48);
+  /* found empty at the previous tick, unchanged since, and every thread has passed a barrier in
+   * between: the owner's last free into the page (its store to local_free, which a CPU other than
+   * x86 may make visible after its store to `used`) is visible now, so the page can go */
+  if (page->purge_at == empty_snapshot(seen, smi_purger_ticks - 1)) {
+    if (smi_purger_barrier_done) return true;
+    page->purge_at = empty_snapshot(seen, smi_purger_ticks); /* no barrier this time: the next */
+    smi_purger_barrier_wanted = true;
+    return false;
+  }
   if (page->purge_at == seen) return false;
   page->purge_at = seen;
   size_t count = 0;
   for (sm_block_t *b = head; b != NULL && count <= before; b = smi_block_next(page, b)) count++;
   atomic_thread_fence(memory_order_acquire); /* `used` after the count */
-  return count == page_used_racy(page);
+  size_t after = page_used_racy(page);
+  if (count != after) return false;
+  page->purge_at = empty_snapshot((uint64_t)(uintptr_t)head ^ ((uint64_t)after << 48), smi_purger_ticks);
+  smi_purger_barrier_wanted = true;
+  return false;
 }
 
 /* Run by the purger, with the heap's lock, while the owner may be on a fast path. Fast paths never

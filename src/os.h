@@ -38,6 +38,11 @@ typedef struct smi_os_process_info_s {
   uint64_t minor_faults, major_faults;
 } smi_os_process_info_t;
 void smi_os_process_info(smi_os_process_info_t *info);
+/* Make every thread of the process execute a full memory barrier before this returns, so that
+ * whatever any thread stored before it is visible to the caller afterwards (Linux membarrier).
+ * smi_os_barrier_init registers for it once; both return false where the OS cannot do it. */
+bool smi_os_barrier_init(void);
+bool smi_os_barrier_all(void);
 /* getenv without allocation, ignoring the environment in setuid/setgid programs */
 const char *smi_os_getenv(const char *name);
 /* the environment to scan (for names matched without regard to case); NULL where smi_os_getenv

@@ -32,6 +32,31 @@ void smi_os_init(void) {
 
 size_t smi_os_page_size(void) { return os_page_size; }
 
+/* membarrier(2) commands (linux/membarrier.h), private expedited: IPIs only the CPUs that run a
+ * thread of this process; needs Linux 4.14 and one registration */
+#define OS_MEMBARRIER_PRIVATE_EXPEDITED (1 << 3)
+#define OS_MEMBARRIER_REGISTER_PRIVATE_EXPEDITED (1 << 4)
+bool smi_os_barrier_init(void) {
+#if defined(SYS_membarrier)
+  int saved = errno;
+  bool ok = syscall(SYS_membarrier, OS_MEMBARRIER_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  errno = saved;
+  return ok;
+#else
+  return false;
+#endif
+}
+bool smi_os_barrier_all(void) {
+#if defined(SYS_membarrier)
+  int saved = errno;
+  bool ok = syscall(SYS_membarrier, OS_MEMBARRIER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  errno = saved;
+  return ok;
+#else
+  return false;
+#endif
+}
+
 bool smi_os_use_large_pages(void *p, size_t size) {
 #ifdef MADV_HUGEPAGE
   int saved = errno;

@@ -29,6 +29,9 @@ static pthread_mutex_t purger_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t purger_wake = PTHREAD_COND_INITIALIZER;
 static bool purger_stop; /* guarded by purger_mutex */
 static _Atomic(sm_heap_t *) heaps_all; /* every heap, linked by all_next; append-only */
+static bool purger_barrier_ok;          /* smi_os_barrier_init succeeded */
+uint64_t smi_purger_ticks;              /* these three: the purger's thread only */
+bool smi_purger_barrier_done, smi_purger_barrier_wanted;
 
 void smi_spin_lock_slow(_Atomic(bool) *lock) {
   for (unsigned spins = 0; atomic_exchange_explicit(lock, true, memory_order_acquire); spins++) {
@@ -74,6 +77,9 @@ void smi_purger_fork_child(void) { /* it did not survive fork */
 
 static void purger_tick(void) {
   sm_heap_t *self = smi_tls_heap;
+  smi_purger_ticks++;
+  smi_purger_barrier_done = smi_purger_barrier_wanted && purger_barrier_ok && smi_os_barrier_all();
+  smi_purger_barrier_wanted = false;
   for (sm_heap_t *heap = atomic_load_explicit(&heaps_all, memory_order_acquire); heap != NULL; heap = heap->all_next) {
     if (heap == self) continue;
     size_t calls = atomic_load_explicit(&heap->slow_calls, memory_order_relaxed);
@@ -92,6 +98,7 @@ static void purger_tick(void) {
 static void *purger_main(void *arg) {
   (void)arg;
   pthread_setname_np(pthread_self(), "shardmalloc");
+  purger_barrier_ok = smi_os_barrier_init();
   pthread_mutex_lock(&purger_mutex);
   while (!purger_stop) {
     struct timespec until;
