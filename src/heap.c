@@ -79,9 +79,8 @@ void smi_heap_unfull_flagged(sm_heap_t *heap) {
  * increase: if `used` read after counting thread_free equals that count, no block is live and
  * none will be freed into it any more. The owner's last local free ended with the store to `used`
  * that made the two equal, but its store to local_free may become visible later (only x86 keeps
- * stores in order), so the page goes only at the next tick, if nothing changed and a barrier on
- * every thread (membarrier) came in between; then it is free to go although its owner may run at
- * any moment. `used` is read without the owner's synchronisation on purpose: hidden from
+ * stores in order), so the page is only marked; after a barrier on every thread (membarrier), a
+ * page still marked and unchanged is free to go although its owner may run at any moment. `used` is read without the owner's synchronisation on purpose: hidden from
  * ThreadSanitizer. A page whose list and `used` did not change since the last look (remembered in
  * purge_at, unused while a page is in use and not retired) is not walked again. */
 #if defined(__clang__) || defined(__GNUC__)
@@ -100,46 +99,47 @@ static size_t page_used_racy(const sm_page_t *page) {
 #define SM_UNDER_TSAN 1
 #endif
 
-/* a page found empty at tick `tick`, with this list head and `used` (bit 0 set: heads are aligned,
- * so it never equals a plain snapshot) */
-static uint64_t empty_snapshot(uint64_t seen, uint64_t tick) { return (seen ^ (tick * 0x9E3779B97F4A7C15ull)) | 1; }
+/* purge_at of a page found empty with this snapshot (bit 0 set: list heads are aligned, so it never
+ * equals a plain snapshot) */
+static uint64_t empty_snapshot(uint64_t seen) { return seen | 1; }
 
-static bool page_freed_remotely(sm_page_t *page) {
+/* First look: is the page empty? If so it is marked (in purge_at) and *found set; it goes only
+ * after a barrier, if it is still marked and unchanged (page_still_empty). */
+static void page_look_empty(sm_page_t *page, bool *found) {
 #if defined(SM_UNDER_TSAN)
   /* ThreadSanitizer cannot see the argument (the owner's last free is ordered before the
    * collection by the barrier, a system call), and would report it */
   (void)page;
-  return false;
+  (void)found;
+  return;
 #endif
   sm_block_t *head = smi_tf_block(atomic_load_explicit(&page->thread_free, memory_order_acquire));
-  if (head == NULL || page->retire_ticks != 0) return false;
+  if (head == NULL || page->retire_ticks != 0) return;
   size_t before = page_used_racy(page);
   uint64_t seen = (uint64_t)(uintptr_t)head ^ ((uint64_t)before << 48);
-  /* found empty at the previous tick, unchanged since, and every thread has passed a barrier in
-   * between: the owner's last free into the page (its store to local_free, which a CPU other than
-   * x86 may make visible after its store to `used`) is visible now, so the page can go */
-  if (page->purge_at == empty_snapshot(seen, smi_purger_ticks - 1)) {
-    if (smi_purger_barrier_done) return true;
-    page->purge_at = empty_snapshot(seen, smi_purger_ticks); /* no barrier this time: the next */
-    smi_purger_barrier_wanted = true;
-    return false;
-  }
-  if (page->purge_at == seen) return false;
+  if (page->purge_at == seen) return;
   page->purge_at = seen;
   size_t count = 0;
   for (sm_block_t *b = head; b != NULL && count <= before; b = smi_block_next(page, b)) count++;
   atomic_thread_fence(memory_order_acquire); /* `used` after the count */
   size_t after = page_used_racy(page);
-  if (count != after) return false;
-  page->purge_at = empty_snapshot((uint64_t)(uintptr_t)head ^ ((uint64_t)after << 48), smi_purger_ticks);
-  smi_purger_barrier_wanted = true;
-  return false;
+  if (count != after) return;
+  page->purge_at = empty_snapshot((uint64_t)(uintptr_t)head ^ ((uint64_t)after << 48));
+  *found = true;
+}
+
+/* After the barrier: marked empty by page_look_empty and unchanged since */
+static bool page_still_empty(sm_page_t *page) {
+  sm_block_t *head = smi_tf_block(atomic_load_explicit(&page->thread_free, memory_order_acquire));
+  if (head == NULL || page->retire_ticks != 0) return false;
+  uint64_t seen = (uint64_t)(uintptr_t)head ^ ((uint64_t)page_used_racy(page) << 48);
+  return page->purge_at == empty_snapshot(seen);
 }
 
 /* Run by the purger, with the heap's lock, while the owner may be on a fast path. Fast paths never
  * touch full pages, the purge list or the segment queues, so only those are used here: blocks
  * other threads freed into full pages are collected and pages that became empty go back; so do
- * pages that other threads emptied while they were in a bin queue (page_freed_remotely). */
+ * pages that other threads emptied while they were in a bin queue (page_look_empty, page_still_empty). */
 void smi_heap_collect_idle(sm_heap_t *heap) {
   sm_block_t *block = atomic_exchange_explicit(&heap->thread_delayed_free, NULL, memory_order_acquire);
   sm_block_t *keep = NULL, *keep_last = NULL;
@@ -173,16 +173,23 @@ void smi_heap_collect_idle(sm_heap_t *heap) {
     else if (page->local_free != NULL) heap->full_have_free = true;
     page = next;
   }
+  bool found = false;
   for (size_t bin = 0; bin < SM_BIN_FULL; bin++) {
     sm_page_t *first = heap->pages[bin].first;
-    for (page = first != NULL ? first->next : NULL; page != NULL;) {
-      sm_page_t *next = page->next;
-      if (page_freed_remotely(page)) {
-        smi_page_collect_remote(page);
-        sm_assert(page->used == 0);
-        smi_page_free_empty(heap, page);
+    for (page = first != NULL ? first->next : NULL; page != NULL; page = page->next) page_look_empty(page, &found);
+  }
+  if (found && smi_purger_barrier()) { /* the owner's stores to the pages found empty are visible now */
+    for (size_t bin = 0; bin < SM_BIN_FULL; bin++) {
+      sm_page_t *first = heap->pages[bin].first;
+      for (page = first != NULL ? first->next : NULL; page != NULL;) {
+        sm_page_t *next = page->next;
+        if (page_still_empty(page)) {
+          smi_page_collect_remote(page);
+          sm_assert(page->used == 0);
+          smi_page_free_empty(heap, page);
+        }
+        page = next;
       }
-      page = next;
     }
   }
   smi_segments_purge_expired(heap->tld, false);

@@ -246,10 +246,8 @@ void smi_heaps_stats_sync(void); /* the calling thread's heaps and all locked pa
 /* ---- purge.c: the background purger ---- */
 void smi_heaps_register(sm_heap_t *heap);
 void smi_purger_want(void);
-/* the purger's tick count, and whether a barrier on every thread (smi_os_barrier_all) separates
- * this tick's look at idle heaps from the previous one's; a look that wants one sets the flag */
-extern uint64_t smi_purger_ticks;
-extern bool smi_purger_barrier_done, smi_purger_barrier_wanted;
+/* the purger's thread: a memory barrier on every thread of the process (false if unavailable) */
+bool smi_purger_barrier(void);
 void smi_purger_maybe_start(void);
 void smi_purger_stop(void);
 bool smi_purger_running(void);

@@ -30,8 +30,8 @@ static pthread_cond_t purger_wake = PTHREAD_COND_INITIALIZER;
 static bool purger_stop; /* guarded by purger_mutex */
 static _Atomic(sm_heap_t *) heaps_all; /* every heap, linked by all_next; append-only */
 static bool purger_barrier_ok;          /* smi_os_barrier_init succeeded */
-uint64_t smi_purger_ticks;              /* these three: the purger's thread only */
-bool smi_purger_barrier_done, smi_purger_barrier_wanted;
+
+bool smi_purger_barrier(void) { return purger_barrier_ok && smi_os_barrier_all(); }
 
 void smi_spin_lock_slow(_Atomic(bool) *lock) {
   for (unsigned spins = 0; atomic_exchange_explicit(lock, true, memory_order_acquire); spins++) {
@@ -77,9 +77,6 @@ void smi_purger_fork_child(void) { /* it did not survive fork */
 
 static void purger_tick(void) {
   sm_heap_t *self = smi_tls_heap;
-  smi_purger_ticks++;
-  smi_purger_barrier_done = smi_purger_barrier_wanted && purger_barrier_ok && smi_os_barrier_all();
-  smi_purger_barrier_wanted = false;
   for (sm_heap_t *heap = atomic_load_explicit(&heaps_all, memory_order_acquire); heap != NULL; heap = heap->all_next) {
     if (heap == self) continue;
     size_t calls = atomic_load_explicit(&heap->slow_calls, memory_order_relaxed);
