@@ -80,9 +80,10 @@ void smi_heap_unfull_flagged(sm_heap_t *heap) {
  * none will be freed into it any more. The owner's last local free ended with the store to `used`
  * that made the two equal, but its store to local_free may become visible later (only x86 keeps
  * stores in order), so the page is only marked; after a barrier on every thread (membarrier), a
- * page still marked and unchanged is free to go although its owner may run at any moment. `used` is read without the owner's synchronisation on purpose: hidden from
- * ThreadSanitizer. A page whose list and `used` did not change since the last look (remembered in
- * purge_at, unused while a page is in use and not retired) is not walked again. */
+ * page still marked and unchanged is free to go although its owner may run at any moment. `used`
+ * is read without the owner's synchronisation on purpose: hidden from ThreadSanitizer. A page
+ * whose list and `used` did not change since the last look (remembered in purge_at, unused while
+ * a page is in use and not retired) is not walked again. */
 #if defined(__clang__) || defined(__GNUC__)
 __attribute__((no_sanitize("thread")))
 #endif
@@ -139,7 +140,7 @@ static bool page_still_empty(sm_page_t *page) {
 /* Run by the purger, with the heap's lock, while the owner may be on a fast path. Fast paths never
  * touch full pages, the purge list or the segment queues, so only those are used here: blocks
  * other threads freed into full pages are collected and pages that became empty go back; so do
- * pages that other threads emptied while they were in a bin queue (page_look_empty, page_still_empty). */
+ * pages that other threads emptied while they were in a bin queue (page_look_empty). */
 void smi_heap_collect_idle(sm_heap_t *heap) {
   sm_block_t *block = atomic_exchange_explicit(&heap->thread_delayed_free, NULL, memory_order_acquire);
   sm_block_t *keep = NULL, *keep_last = NULL;

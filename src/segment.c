@@ -452,9 +452,9 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
     smi_segments_purge_expired(tld, true);
   }
   sm_segment_t *segment = segment_cache_pop((size_t)heap->thread_id, 1, 1);
-  bool zero;
+  bool zero, cached = segment != NULL;
   uint64_t cached_until = 0;
-  if (segment != NULL) {
+  if (cached) {
     zero = segment->purged;
     cached_until = segment->purge_at;
     smi_mem_unpurged(segment->purged_bytes); /* its header is rewritten below */
@@ -476,7 +476,7 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
   size_t count = medium ? SM_SEGMENT_SIZE / SM_MEDIUM_PAGE_SIZE : SM_SMALL_PAGES_PER_SEGMENT;
   size_t shift = medium ? SM_MEDIUM_PAGE_SHIFT : SM_SMALL_PAGE_SHIFT;
   segment_init_header(segment, kind, count, shift, SM_SEGMENT_SIZE, heap->thread_id, zero);
-  if (!zero && smi_option(sm_option_purge_delay) > 0) {
+  if (cached && !zero && smi_option(sm_option_purge_delay) > 0) {
     /* a cached segment still resident: its pages keep the cache's deadline, or those this thread
      * does not use would stay resident for as long as it keeps the segment */
     for (size_t i = 0; i < count; i++) segment->pages[i].purge_at = cached_until;
