@@ -21,7 +21,10 @@
  *                  the small ones need new segments, not a minute later;
  *   cached-reuse   SHARDMALLOC_PURGE_DELAY=100: a resident cached segment (a freed 3 MiB block)
  *                  taken for a few small blocks: the pages those do not use are purged after the
- *                  delay like any other unused page.
+ *                  delay like any other unused page;
+ *   idle-race      an owner that sleeps for 0-250 ms while another thread frees most of its blocks
+ *                  and then wakes up and allocates, 40 times: the purger takes its emptied pages
+ *                  in between (or while it wakes), and no block it kept loses its contents.
  * RSS is read from /proc/self/statm without allocating; the test's own pointer arrays live in
  * mmap'ed memory, measured before the heap grows and subtracted. */
 #include "extra-util.h"
@@ -618,10 +621,108 @@ static void case_cached_reuse(void) {
   }
 }
 
+/* ---------------------------------------------------------------- idle-race */
+enum { RACE_ROUNDS = 40, RACE_BLOCKS = 20000, RACE_KEPT = RACE_BLOCKS / 8 };
+static void **race_given; /* A's blocks for B to free, one round's worth */
+static size_t race_given_n;
+static int race_round_given = -1, race_round_freed = -1;
+static _Atomic long race_bad;
+static pthread_mutex_t race_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t race_cv = PTHREAD_COND_INITIALIZER;
+
+/* the fill depends on the round too: a block handed out again at the same address differs */
+static uint8_t race_byte(const void *p, int round) { return (uint8_t)(((uintptr_t)p >> 4) * 31u + (unsigned)round * 17u + 1u); }
+static void race_fill(uint8_t *p, size_t n, int round) { memset(p, race_byte(p, round), n); }
+static bool race_intact(const uint8_t *p, size_t n, int round) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != race_byte(p, round)) return false;
+  return true;
+}
+static size_t race_size(size_t i) {
+  static const size_t sizes[] = {24, 40, 72, 136, 264, 520};
+  return sizes[i % (sizeof sizes / sizeof sizes[0])];
+}
+
+static void *race_owner(void *arg) {
+  (void)arg;
+  static void *kept[RACE_ROUNDS][RACE_KEPT];
+  static size_t kept_n[RACE_ROUNDS];
+  unsigned seed = 12345;
+  for (int r = 0; r < RACE_ROUNDS; r++) {
+    pthread_mutex_lock(&race_mu); /* B has finished the previous round's blocks */
+    while (race_round_freed < r - 1) pthread_cond_wait(&race_cv, &race_mu);
+    pthread_mutex_unlock(&race_mu);
+    size_t given = 0;
+    for (size_t i = 0; i < RACE_BLOCKS; i++) {
+      uint8_t *p = malloc(race_size(i));
+      if (p == NULL) abort();
+      race_fill(p, race_size(i), r);
+      if (i < RACE_KEPT) kept[r][kept_n[r]++] = p; /* the rest fill pages of their own */
+      else race_given[given++] = p;
+    }
+    if (r > 0) { /* local frees just before going idle: half of what the last round kept */
+      for (size_t i = 0; i < kept_n[r - 1]; i += 2) {
+        size_t n = race_size(i);
+        if (!race_intact(kept[r - 1][i], n, r - 1)) race_bad++;
+        free(kept[r - 1][i]);
+        kept[r - 1][i] = NULL;
+      }
+    }
+    pthread_mutex_lock(&race_mu);
+    race_given_n = given;
+    race_round_given = r;
+    pthread_cond_broadcast(&race_cv);
+    pthread_mutex_unlock(&race_mu);
+    sleep_ms((long)(rand_r(&seed) % 250)); /* idle while B frees: the purger may look at this heap */
+    for (int q = 0; q <= r; q++) /* awake: everything kept is intact */
+      for (size_t i = 0; i < kept_n[q]; i++)
+        if (kept[q][i] != NULL && !race_intact(kept[q][i], race_size(i), q)) race_bad++;
+  }
+  for (int q = 0; q < RACE_ROUNDS; q++)
+    for (size_t i = 0; i < kept_n[q]; i++) free(kept[q][i]);
+  return NULL;
+}
+
+static void *race_freer(void *arg) {
+  (void)arg;
+  for (int r = 0; r < RACE_ROUNDS; r++) {
+    pthread_mutex_lock(&race_mu);
+    while (race_round_given < r) pthread_cond_wait(&race_cv, &race_mu);
+    size_t n = race_given_n;
+    pthread_mutex_unlock(&race_mu);
+    for (size_t i = 0; i < n; i++) {
+      if (!race_intact(race_given[i], race_size(RACE_KEPT + i), r)) race_bad++;
+      free(race_given[i]);
+      if (i % 4096 == 0) sleep_ms(1);
+    }
+    pthread_mutex_lock(&race_mu);
+    race_round_freed = r;
+    pthread_cond_broadcast(&race_cv);
+    pthread_mutex_unlock(&race_mu);
+  }
+  return NULL;
+}
+
+static void case_idle_race(void) {
+  SECTION("an owner that sleeps while another thread frees its blocks, then wakes: nothing lost") {
+    race_given = map_array(RACE_BLOCKS * sizeof(void *));
+    size_t base = rss_now();
+    pthread_t a, b;
+    pthread_create(&a, NULL, race_owner, NULL);
+    pthread_create(&b, NULL, race_freer, NULL);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    size_t after = rss_now();
+    printf("      %d rounds of %d blocks; heap RSS at the end %.1f MiB\n", RACE_ROUNDS, RACE_BLOCKS,
+           (double)(after > base ? after - base : 0) / (double)MiB);
+    CHECK(race_bad == 0, "expected every block intact, %ld were damaged", (long)race_bad);
+  }
+}
+
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|cached-reuse\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|cached-reuse|idle-race\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -642,6 +743,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "adaptive")) case_adaptive();
   else if (!strcmp(c, "kind-switch")) case_kind_switch();
   else if (!strcmp(c, "cached-reuse")) case_cached_reuse();
+  else if (!strcmp(c, "idle-race")) case_idle_race();
   else {
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
