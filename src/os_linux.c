@@ -36,26 +36,19 @@ size_t smi_os_page_size(void) { return os_page_size; }
  * thread of this process; needs Linux 4.14 and one registration */
 #define OS_MEMBARRIER_PRIVATE_EXPEDITED (1 << 3)
 #define OS_MEMBARRIER_REGISTER_PRIVATE_EXPEDITED (1 << 4)
-bool smi_os_barrier_init(void) {
+static bool os_membarrier(int cmd) {
 #if defined(SYS_membarrier)
   int saved = errno;
-  bool ok = syscall(SYS_membarrier, OS_MEMBARRIER_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  bool ok = syscall(SYS_membarrier, cmd, 0, 0) == 0;
   errno = saved;
   return ok;
 #else
+  (void)cmd;
   return false;
 #endif
 }
-bool smi_os_barrier_all(void) {
-#if defined(SYS_membarrier)
-  int saved = errno;
-  bool ok = syscall(SYS_membarrier, OS_MEMBARRIER_PRIVATE_EXPEDITED, 0, 0) == 0;
-  errno = saved;
-  return ok;
-#else
-  return false;
-#endif
-}
+bool smi_os_barrier_init(void) { return os_membarrier(OS_MEMBARRIER_REGISTER_PRIVATE_EXPEDITED); }
+bool smi_os_barrier_all(void) { return os_membarrier(OS_MEMBARRIER_PRIVATE_EXPEDITED); }
 
 bool smi_os_use_large_pages(void *p, size_t size) {
 #ifdef MADV_HUGEPAGE
