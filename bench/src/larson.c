@@ -11,7 +11,7 @@
 #include "common.h"
 
 typedef struct {
-  item_t *slots;
+  _Alignas(CACHE_LINE) item_t *slots; /* a worker writes its counters on every operation */
   long nslots;
   long rounds_left;
   long ops;
@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
   uint64_t seed = (uint64_t)arg_long(argc, argv, 7, 4141);
   if (nthreads < 1 || rounds < 1 || nslots < 1 || gmin < 1 || gmax < gmin) return 2;
 
-  larson_t *ws = calloc((size_t)nthreads, sizeof(larson_t));
+  larson_t *ws = xcalloc_lines((size_t)nthreads, sizeof(larson_t));
   rng_t r0;
   rng_seed(&r0, seed);
   long range = gmax - gmin + 1;

@@ -64,7 +64,7 @@ static void obj_free(uint64_t *o, const char *where) {
 }
 
 typedef struct {
-  int id;
+  _Alignas(CACHE_LINE) int id; /* a worker writes its counters on every operation */
   long round;
   long na, nf, nr;
 } warg_t;
@@ -145,7 +145,7 @@ int main(int argc, char **argv) {
   if (nthreads < 1 || nthreads > 1024 || rounds < 1) return 2;
   ntransfer = (long)nthreads * TRANSFER_PER_THREAD;
   transfer = calloc((size_t)ntransfer, sizeof(*transfer));
-  warg_t *args = calloc((size_t)nthreads, sizeof(warg_t));
+  warg_t *args = xcalloc_lines((size_t)nthreads, sizeof(warg_t));
   pthread_t *th = calloc((size_t)nthreads, sizeof(pthread_t));
   long na = 0, nf = 0, nr = 0;
   double t0 = now_sec();

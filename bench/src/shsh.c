@@ -141,7 +141,7 @@ typedef struct {
 static pairq_t *pairs;
 
 typedef struct {
-  int id;
+  _Alignas(CACHE_LINE) int id; /* a worker writes its tstate_t on every operation */
   tstate_t st;
 } targ_t;
 
@@ -200,7 +200,7 @@ static void run_bidir(tstate_t *t, int id, long n) {
 #define CHAIN_POOL 512
 #define CHAIN_LINK 2500
 typedef struct {
-  tstate_t st;
+  _Alignas(CACHE_LINE) tstate_t st;
   long remaining;
   item_t pool[CHAIN_POOL];
 } chain_t;
@@ -282,7 +282,7 @@ int main(int argc, char **argv) {
   }
 
   if (workload == W_UNIDIR || workload == W_BIDIR) {
-    pairs = calloc((size_t)nthreads / 2, sizeof(pairq_t));
+    pairs = xcalloc_lines((size_t)nthreads / 2, sizeof(pairq_t)); /* spsc_t's ends are line-aligned */
     for (int i = 0; i < nthreads / 2; i++) {
       spsc_init(&pairs[i].q[0], 1024);
       spsc_init(&pairs[i].q[1], 1024);
@@ -291,8 +291,7 @@ int main(int argc, char **argv) {
 
   double t0 = now_sec();
   if (workload == W_CHAIN) {
-    chain_t *chains = calloc((size_t)nthreads, sizeof(chain_t));
-    if (!chains) oom_fail(sizeof(chain_t) * (size_t)nthreads);
+    chain_t *chains = xcalloc_lines((size_t)nthreads, sizeof(chain_t));
     for (int i = 0; i < nthreads; i++) {
       tstate_init(&chains[i].st, seed * 1000 + (uint64_t)i);
       chains[i].remaining = pairs_per_thread;
@@ -310,7 +309,7 @@ int main(int argc, char **argv) {
     pthread_mutex_unlock(&chain_mu);
     free(chains);
   } else {
-    targ_t *args = calloc((size_t)nthreads, sizeof(targ_t));
+    targ_t *args = xcalloc_lines((size_t)nthreads, sizeof(targ_t));
     pthread_t *th = calloc((size_t)nthreads, sizeof(pthread_t));
     for (int i = 0; i < nthreads; i++) {
       args[i].id = i;
