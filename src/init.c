@@ -149,6 +149,8 @@ sm_heap_t *smi_thread_init(void) {
   return &td->heap;
 }
 
+size_t smi_threads_live(void) { return atomic_load_explicit(&live_heaps, memory_order_relaxed); }
+
 /* pthread key destructor: the thread is ending */
 static void thread_done(void *value) {
   sm_thread_data_t *td = value;

@@ -250,6 +250,7 @@ void smi_purger_want(void);
 bool smi_purger_barrier(void);
 void smi_purger_maybe_start(void);
 void smi_purger_stop(void);
+size_t smi_threads_live(void); /* init.c: threads with a heap */
 bool smi_purger_running(void);
 void smi_purger_fork_prepare(void);
 void smi_purger_fork_parent(void);

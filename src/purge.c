@@ -12,7 +12,12 @@
  * SHARDMALLOC_BACKGROUND_PURGE=0 turns it off (no thread is ever started).
  * A program that is single-threaded stays so: when the second-to-last allocating thread ends, it
  * does one last pass itself and stops and joins the purger before its own exit completes, so
- * after pthread_join the program has one thread again (unshare(CLONE_NEWUSER) needs that). */
+ * after pthread_join the program has one thread again (unshare(CLONE_NEWUSER) needs that).
+ * Except in a program that starts threads in rounds (the last such stop was less than a second
+ * ago): there the last pass would purge the memory the next round's threads are about to adopt,
+ * and they would fault it all in again (mstress: 100,000 page faults a run; 70,000 this way). The
+ * purger then stays one more tick; if no thread has started by then, it does the last pass
+ * itself and ends. */
 #include "internal.h"
 
 #include <pthread.h>
@@ -21,6 +26,7 @@
 #include <time.h>
 
 #define SM_PURGER_TICK_MS 100
+#define SM_ROUNDS_WINDOW_MS 1000 /* two stops closer than this: threads come in rounds */
 
 enum { PURGER_OFF, PURGER_WANTED, PURGER_STARTING, PURGER_RUNNING, PURGER_STOPPING };
 static _Atomic(int) purger_state;
@@ -28,6 +34,8 @@ static pthread_t purger_thread;
 static pthread_mutex_t purger_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t purger_wake = PTHREAD_COND_INITIALIZER;
 static bool purger_stop; /* guarded by purger_mutex */
+static uint64_t purger_linger_until; /* guarded by purger_mutex: 0, or when to end unless a thread starts */
+static _Atomic(uint64_t) purger_last_stop_ms;
 static _Atomic(sm_heap_t *) heaps_all; /* every heap, linked by all_next; append-only */
 static bool purger_barrier_ok;          /* smi_os_barrier_init succeeded */
 
@@ -73,6 +81,7 @@ void smi_purger_fork_child(void) { /* it did not survive fork */
   purger_mutex = fresh_mutex;
   purger_wake = fresh_cond;
   purger_stop = false;
+  purger_linger_until = 0;
 }
 
 static void purger_tick(void) {
@@ -90,6 +99,29 @@ static void purger_tick(void) {
   }
   smi_segments_visit_abandoned(SIZE_MAX, false);
   smi_segment_cache_sweep_due();
+}
+
+/* what the purger would have given back later: nobody else would (no lock held) */
+static void purger_last_pass(void) {
+  smi_segments_visit_abandoned(SIZE_MAX, true);
+  smi_segment_cache_purge_all();
+}
+
+/* A lingering purger whose tick has come: a thread has started since (keep running), or it does
+ * the last pass and ends (true). Called and returns with purger_mutex held. */
+static bool purger_linger_over(void) {
+  if (purger_linger_until == 0 || smi_os_now_ms() < purger_linger_until) return false;
+  purger_linger_until = 0;
+  if (smi_threads_live() >= 2) return false;
+  pthread_mutex_unlock(&purger_mutex);
+  atomic_store(&purger_busy, true);
+  if (!atomic_load(&fork_pending)) purger_last_pass();
+  atomic_store(&purger_busy, false);
+  int state = PURGER_RUNNING;
+  pthread_mutex_lock(&purger_mutex);
+  if (!atomic_compare_exchange_strong(&purger_state, &state, PURGER_OFF)) return false; /* being stopped: joined */
+  pthread_detach(pthread_self());
+  return true;
 }
 
 static void *purger_main(void *arg) {
@@ -112,6 +144,11 @@ static void *purger_main(void *arg) {
     if (!atomic_load(&fork_pending)) purger_tick();
     atomic_store(&purger_busy, false);
     pthread_mutex_lock(&purger_mutex);
+    if (purger_linger_over()) {
+      pthread_mutex_unlock(&purger_mutex);
+      if (smi_threads_live() >= 2) smi_purger_want(); /* one started just now: a new purger */
+      return NULL;
+    }
   }
   pthread_mutex_unlock(&purger_mutex);
   return NULL;
@@ -122,6 +159,13 @@ static void *purger_main(void *arg) {
 void smi_purger_stop(void) {
   int state = PURGER_WANTED;
   if (atomic_compare_exchange_strong(&purger_state, &state, PURGER_OFF)) return; /* never started */
+  uint64_t now = smi_os_now_ms(), last = atomic_exchange(&purger_last_stop_ms, now);
+  if (state == PURGER_RUNNING && last != 0 && now - last < SM_ROUNDS_WINDOW_MS) { /* rounds: it lingers */
+    pthread_mutex_lock(&purger_mutex);
+    purger_linger_until = now + SM_PURGER_TICK_MS;
+    pthread_mutex_unlock(&purger_mutex);
+    return;
+  }
   if (state != PURGER_RUNNING || !atomic_compare_exchange_strong(&purger_state, &state, PURGER_STOPPING)) return;
   pthread_mutex_lock(&purger_mutex);
   purger_stop = true;
@@ -130,9 +174,9 @@ void smi_purger_stop(void) {
   pthread_join(purger_thread, NULL);
   pthread_mutex_lock(&purger_mutex);
   purger_stop = false;
+  purger_linger_until = 0;
   pthread_mutex_unlock(&purger_mutex);
-  smi_segments_visit_abandoned(SIZE_MAX, true); /* nobody else would, later */
-  smi_segment_cache_purge_all();
+  purger_last_pass();
   atomic_store(&purger_state, PURGER_OFF);
 }
 

@@ -356,6 +356,27 @@ static int count_tasks(int *named) {
   return n;
 }
 
+/* the thread id of the task named "shardmalloc", or 0 */
+static long purger_tid(void) {
+  DIR *d = opendir("/proc/self/task");
+  long tid = 0;
+  struct dirent *e;
+  while (d && tid == 0 && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char path[64], comm[64] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+      ssize_t k = read(fd, comm, sizeof comm - 1);
+      comm[k > 0 ? k : 0] = 0;
+      close(fd);
+    }
+    if (!strncmp(comm, "shardmalloc", 11)) tid = atol(e->d_name);
+  }
+  if (d) closedir(d);
+  return tid;
+}
+
 static void case_background(bool enabled) {
   SECTION(enabled ? "default: a \"shardmalloc\" thread while two threads allocate, gone after the join"
                   : "SHARDMALLOC_BACKGROUND_PURGE=0: no extra thread while two threads allocate") {
@@ -719,10 +740,68 @@ static void case_idle_race(void) {
   }
 }
 
+/* ---------------------------------------------------------------- threads in rounds */
+enum { ROUNDS = 8, ROUND_BLOCKS = 256 };
+static void *round_worker(void *arg) {
+  (void)arg;
+  void *b[ROUND_BLOCKS];
+  double t0 = now_s();
+  while (now_s() - t0 < 0.06) { /* 60 ms of 256 blocks of 4-64 KiB (about 8 MiB), filled and freed */
+    for (int i = 0; i < ROUND_BLOCKS; i++) {
+      size_t n = 4096 + (size_t)(i * 241) % 61440;
+      b[i] = malloc(n);
+      memset(b[i], 0x5A, n);
+    }
+    for (int i = 0; i < ROUND_BLOCKS; i++) free(b[i]);
+  }
+  return NULL;
+}
+
+static void case_rounds(void) {
+  SECTION("threads started in rounds: the helper stays between them and ends by itself after the last") {
+    size_t base = rss_now(), peak = 0;
+    long tids[ROUNDS] = {0};
+    for (int r = 0; r < ROUNDS; r++) {
+      pthread_t t[2];
+      for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, round_worker, NULL);
+      double t0 = now_s();
+      while (tids[r] == 0 && now_s() - t0 < 0.05) {
+        tids[r] = purger_tid();
+        sleep_ms(2);
+      }
+      size_t now = rss_now();
+      if (now > base && now - base > peak) peak = now - base;
+      for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    }
+    int changes = 0;
+    for (int r = 2; r < ROUNDS; r++) changes += tids[r] != tids[1];
+    printf("      helper thread ids:");
+    for (int r = 0; r < ROUNDS; r++) printf(" %ld", tids[r]);
+    printf("\n");
+    /* the first round's end stops it (nothing says rounds follow); from then on it stays */
+    CHECK(tids[1] != 0 && changes == 0, "expected one helper thread from the second round on, seen %d changes", changes);
+    int named = 0, tasks = 0;
+    double t1 = now_s();
+    do {
+      tasks = count_tasks(&named);
+      if (named == 0 && tasks == 1) break;
+      sleep_ms(10);
+    } while (now_s() - t1 < 1.0);
+    double gone = now_s() - t1;
+    size_t last;
+    double t = wait_rss_below(base, peak / 10 + MiB, 1.0, &last);
+    printf("      after the last join: %d task(s) after %.3f s; heap RSS %.1f MiB (peak %.1f) after %.3f s\n", tasks, gone,
+           (double)last / (double)MiB, (double)peak / (double)MiB, t < 0 ? 1.0 : t);
+    CHECK(named == 0 && tasks == 1, "expected the program single-threaded within 1 s of the last join, seen %d tasks", tasks);
+    CHECK(t >= 0, "expected the heap RSS below 10%% of its peak (+1 MiB) within 1 s, seen %.1f of %.1f MiB",
+          (double)last / (double)MiB, (double)peak / (double)MiB);
+  }
+}
+
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|cached-reuse|idle-race\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|cached-reuse|idle-race|rounds\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -744,6 +823,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "kind-switch")) case_kind_switch();
   else if (!strcmp(c, "cached-reuse")) case_cached_reuse();
   else if (!strcmp(c, "idle-race")) case_idle_race();
+  else if (!strcmp(c, "rounds")) case_rounds();
   else {
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
