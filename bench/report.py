@@ -729,6 +729,11 @@ def docs_page(data, charts, prefix, memtime=""):
         "- Each cell is the median of the repetitions; the full report gives min–max. Ratios divide by "
         "%s's median; the summary is the geometric mean of the ratios over the workloads both allocators "
         "finished. The microbenchmark table is reported on its own and left out of the means." % ref,
+        "- The workloads keep their own per-thread state (counters written on every operation, queue ends) "
+        "in separate cache lines. Until 2026-11-21 larson, SHSH and mstress kept it in one small array from "
+        "`calloc`, so two threads' counters shared a cache line or not depending on where the allocator under "
+        "test put that array: larson took 1.05 s on glibc with the array as glibc placed it and 0.65 s with "
+        "it line-aligned, shardmalloc-secure 0.94 s and 0.61 s. Runs published before then carry that effect.",
         "- The machine is small (2 cores) and was not otherwise idle-guaranteed; differences of a few per cent "
         "on a single workload are within noise (see the min–max spreads).",
         "## How to run",
