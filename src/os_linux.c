@@ -191,11 +191,16 @@ void smi_os_random_bytes(void *buf, size_t n) {
   errno = saved;
 }
 
-uint64_t smi_os_now_ms(void) {
+static uint64_t os_clock_ms(clockid_t clock) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
+/* The coarse clock (the kernel's tick, 1-4 ms) is plenty for purge deadlines of 10 ms and more,
+ * and it is read on every slow path: 8 ns a call here against 35 for CLOCK_MONOTONIC, which
+ * was 9% of larson's time. */
+uint64_t smi_os_now_ms(void) { return os_clock_ms(CLOCK_MONOTONIC_COARSE); }
+uint64_t smi_os_clock_ms(void) { return os_clock_ms(CLOCK_MONOTONIC); }
 
 void smi_os_write_stderr(const char *buf, size_t len) {
   int saved = errno;

@@ -76,7 +76,7 @@ static void proc_read(struct proc_s *p) {
   smi_os_process_info(&pi);
   int64_t commit = smi_count_current(SM_COUNT_COMMITTED), peak = load(&smi_stats.count[SM_COUNT_COMMITTED].peak);
   if (commit < 0) commit = 0; /* momentarily, while another thread is between two updates */
-  p->elapsed = (size_t)(smi_os_now_ms() - stats_start_ms);
+  p->elapsed = (size_t)(smi_os_clock_ms() - stats_start_ms);
   p->user = (size_t)pi.user_ms;
   p->system = (size_t)pi.system_ms;
   p->rss = (size_t)pi.current_rss;
@@ -370,4 +370,4 @@ void smi_stats_print_at_exit(void) {
 
 /* no atexit here: registering may allocate (glibc's table grows with calloc) while the process is
  * still being set up; sm_process_done, run as a destructor, prints instead */
-void smi_stats_init(void) { stats_start_ms = smi_os_now_ms(); }
+void smi_stats_init(void) { stats_start_ms = smi_os_clock_ms(); }
