@@ -164,6 +164,7 @@ void smi_purger_stop(void) {
     pthread_mutex_lock(&purger_mutex);
     purger_linger_until = now + SM_PURGER_TICK_MS;
     pthread_mutex_unlock(&purger_mutex);
+    if (atomic_load(&purger_state) == PURGER_OFF) purger_last_pass(); /* it ended just now */
     return;
   }
   if (state != PURGER_RUNNING || !atomic_compare_exchange_strong(&purger_state, &state, PURGER_STOPPING)) return;
