@@ -765,7 +765,7 @@ static void case_rounds(void) {
       pthread_t t[2];
       for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, round_worker, NULL);
       double t0 = now_s();
-      while (tids[r] == 0 && now_s() - t0 < 0.05) {
+      while (tids[r] == 0 && now_s() - t0 < 0.05) { /* the workers run 60 ms */
         tids[r] = purger_tid();
         sleep_ms(2);
       }
@@ -773,13 +773,22 @@ static void case_rounds(void) {
       if (now > base && now - base > peak) peak = now - base;
       for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
     }
-    int changes = 0;
-    for (int r = 2; r < ROUNDS; r++) changes += tids[r] != tids[1];
+    int changes = 0, seen = 0;
+    long prev = 0;
+    for (int r = 1; r < ROUNDS; r++) { /* a busy machine may hide it in a round: count what was seen */
+      if (tids[r] == 0) continue;
+      seen++;
+      changes += prev != 0 && tids[r] != prev;
+      prev = tids[r];
+    }
     printf("      helper thread ids:");
     for (int r = 0; r < ROUNDS; r++) printf(" %ld", tids[r]);
     printf("\n");
-    /* the first round's end stops it (nothing says rounds follow); from then on it stays */
-    CHECK(tids[1] != 0 && changes == 0, "expected one helper thread from the second round on, seen %d changes", changes);
+    /* The first round's end stops it (nothing says rounds follow); from then on it stays. One
+     * change is let pass: a tick that lands exactly between two rounds ends it (each round used
+     * to start a new one: 6 changes). */
+    CHECK(seen >= 4 && changes <= 1, "expected one helper thread from the second round on, seen %d changes in %d rounds",
+          changes, seen);
     int named = 0, tasks = 0;
     double t1 = now_s();
     do {
