@@ -333,11 +333,12 @@ static void *bg_worker(void *arg) {
   return NULL;
 }
 
-/* number of tasks, and how many are named "shardmalloc" */
-static int count_tasks(int *named) {
+/* number of tasks, how many are named "shardmalloc", and the thread id of one of those (or 0) */
+static int scan_tasks(int *named, long *helper_tid) {
   DIR *d = opendir("/proc/self/task");
   int n = 0;
   *named = 0;
+  *helper_tid = 0;
   struct dirent *e;
   while (d && (e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.') continue;
@@ -350,30 +351,22 @@ static int count_tasks(int *named) {
       comm[k > 0 ? k : 0] = 0;
       close(fd);
     }
-    if (!strncmp(comm, "shardmalloc", 11)) (*named)++;
+    if (!strncmp(comm, "shardmalloc", 11)) {
+      (*named)++;
+      *helper_tid = atol(e->d_name);
+    }
   }
   if (d) closedir(d);
   return n;
 }
-
-/* the thread id of the task named "shardmalloc", or 0 */
+static int count_tasks(int *named) {
+  long tid;
+  return scan_tasks(named, &tid);
+}
 static long purger_tid(void) {
-  DIR *d = opendir("/proc/self/task");
-  long tid = 0;
-  struct dirent *e;
-  while (d && tid == 0 && (e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.') continue;
-    char path[64], comm[64] = "";
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    int fd = open(path, O_RDONLY);
-    if (fd >= 0) {
-      ssize_t k = read(fd, comm, sizeof comm - 1);
-      comm[k > 0 ? k : 0] = 0;
-      close(fd);
-    }
-    if (!strncmp(comm, "shardmalloc", 11)) tid = atol(e->d_name);
-  }
-  if (d) closedir(d);
+  int named;
+  long tid;
+  scan_tasks(&named, &tid);
   return tid;
 }
 
