@@ -135,6 +135,11 @@ static void segment_os_free(sm_segment_t *segment) {
 static _Atomic(uintptr_t) segment_cache[SM_CACHE_SLOTS];
 static _Atomic(size_t) segment_cache_count;
 static _Atomic(size_t) segment_cache_units;
+static _Atomic(size_t) segment_cache_resident; /* entries whose memory is still there */
+/* an entry's low bits: its size in units, and whether its memory is still resident (not purged) */
+#define SM_CACHE_RESIDENT ((uintptr_t)1 << 8)
+#define SM_CACHE_UNITS_MASK (SM_CACHE_RESIDENT - 1)
+_Static_assert(SM_CACHE_MAX_UNITS <= SM_CACHE_UNITS_MASK, "an entry's size fits below its resident bit");
 static _Atomic(uint64_t) segment_cache_sweep_at = UINT64_MAX; /* earliest pending purge */
 
 bool smi_segment_cache_pending(void) {
@@ -143,8 +148,18 @@ bool smi_segment_cache_pending(void) {
 
 static size_t cache_units(const sm_segment_t *segment) { return segment->map_size >> SM_SEGMENT_SHIFT; }
 
+/* an entry left the cache */
+static void cache_count_taken(uintptr_t entry) {
+  size_t units = entry & SM_CACHE_UNITS_MASK;
+  atomic_fetch_sub_explicit(&segment_cache_count, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&segment_cache_units, units, memory_order_relaxed);
+  if (entry & SM_CACHE_RESIDENT) atomic_fetch_sub_explicit(&segment_cache_resident, 1, memory_order_relaxed);
+  smi_count_add(SM_COUNT_CACHED, -(int64_t)(units << SM_SEGMENT_SHIFT));
+}
+
 static bool segment_cache_push(sm_segment_t *segment) {
   size_t units = cache_units(segment);
+  uintptr_t resident = segment->purged ? 0 : SM_CACHE_RESIDENT;
   size_t limit = (size_t)smi_option(sm_option_segment_cache);
   if (limit > SM_CACHE_SLOTS) limit = SM_CACHE_SLOTS;
   if ((uint8_t *)segment != segment->map_start || (segment->map_size & SM_SEGMENT_MASK) != 0 ||
@@ -155,9 +170,10 @@ static bool segment_cache_push(sm_segment_t *segment) {
   for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
     uintptr_t expected = 0;
     if (atomic_compare_exchange_strong_explicit(&segment_cache[(start + i) % SM_CACHE_SLOTS], &expected,
-                                                (uintptr_t)segment | units, memory_order_release,
+                                                (uintptr_t)segment | resident | units, memory_order_release,
                                                 memory_order_relaxed)) {
       atomic_fetch_add_explicit(&segment_cache_count, 1, memory_order_relaxed);
+      if (resident) atomic_fetch_add_explicit(&segment_cache_resident, 1, memory_order_relaxed);
       atomic_fetch_add_explicit(&segment_cache_units, units, memory_order_relaxed);
       smi_count_add(SM_COUNT_CACHED, (int64_t)(units << SM_SEGMENT_SHIFT));
       return true;
@@ -166,20 +182,23 @@ static bool segment_cache_push(sm_segment_t *segment) {
   return false;
 }
 
-/* take a cached mapping of min_units..max_units segments */
+/* take a cached mapping of min_units..max_units segments; one whose memory is still resident
+ * first (a purged one costs its page faults again) */
 static sm_segment_t *segment_cache_pop(size_t start, size_t min_units, size_t max_units) {
   if (atomic_load_explicit(&segment_cache_count, memory_order_relaxed) == 0) return NULL;
-  for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
-    _Atomic(uintptr_t) *slot = &segment_cache[(start + i) % SM_CACHE_SLOTS];
-    uintptr_t entry = atomic_load_explicit(slot, memory_order_relaxed);
-    size_t units = entry & SM_SEGMENT_MASK;
-    if (entry == 0 || units < min_units || units > max_units) continue;
-    if (atomic_compare_exchange_strong_explicit(slot, &entry, 0, memory_order_acquire, memory_order_relaxed)) {
-      atomic_fetch_sub_explicit(&segment_cache_count, 1, memory_order_relaxed);
-      atomic_fetch_sub_explicit(&segment_cache_units, units, memory_order_relaxed);
-      smi_count_add(SM_COUNT_CACHED, -(int64_t)(units << SM_SEGMENT_SHIFT));
-      smi_stat_inc(SM_STAT_SEGMENT_CACHE_HIT);
-      return (sm_segment_t *)(entry & ~(uintptr_t)SM_SEGMENT_MASK);
+  bool any_resident = atomic_load_explicit(&segment_cache_resident, memory_order_relaxed) > 0;
+  for (int pass = any_resident ? 0 : 1; pass < 2; pass++) {
+    for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
+      _Atomic(uintptr_t) *slot = &segment_cache[(start + i) % SM_CACHE_SLOTS];
+      uintptr_t entry = atomic_load_explicit(slot, memory_order_relaxed);
+      size_t units = entry & SM_CACHE_UNITS_MASK;
+      if (entry == 0 || units < min_units || units > max_units || (pass == 0 && !(entry & SM_CACHE_RESIDENT)))
+        continue;
+      if (atomic_compare_exchange_strong_explicit(slot, &entry, 0, memory_order_acquire, memory_order_relaxed)) {
+        cache_count_taken(entry);
+        smi_stat_inc(SM_STAT_SEGMENT_CACHE_HIT);
+        return (sm_segment_t *)(entry & ~(uintptr_t)SM_SEGMENT_MASK);
+      }
     }
   }
   return NULL;
@@ -198,9 +217,7 @@ static void segment_cache_sweep(uint64_t now, bool force) {
     if (entry == 0 || !atomic_compare_exchange_strong_explicit(slot, &entry, 0, memory_order_acquire, memory_order_relaxed))
       continue;
     sm_segment_t *segment = (sm_segment_t *)(entry & ~(uintptr_t)SM_SEGMENT_MASK);
-    atomic_fetch_sub_explicit(&segment_cache_count, 1, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&segment_cache_units, entry & SM_SEGMENT_MASK, memory_order_relaxed);
-    smi_count_add(SM_COUNT_CACHED, -(int64_t)((entry & SM_SEGMENT_MASK) << SM_SEGMENT_SHIFT));
+    cache_count_taken(entry);
     /* after the delay, one-segment entries are purged and larger ones (huge blocks) unmapped.
      * (Holding huge mappings longer was measured: 3 delays made `large` 1.6x faster but its peak
      * RSS 1.3x higher, above mimalloc's; memory won.) */
@@ -443,15 +460,16 @@ static void segment_init_header(sm_segment_t *segment, sm_segment_kind_t kind, s
 
 static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
   sm_tld_t *tld = heap->tld;
+  sm_segment_t *segment = segment_cache_pop((size_t)heap->thread_id, 1, 1);
   if (tld->segment_count >= tld->segment_peak) {
     /* A new high. The unused pages still waiting out their delay could not serve this request
      * (another kind, or runs too short), and keeping them now would add them to the peak: gcc
      * frees 14 MiB of medium pages and at once needs small ones. A thread reaches a new high at
-     * most once per segment of its peak, so this cannot turn into a purge/fault cycle. */
+     * most once per segment of its peak, so this cannot turn into a purge/fault cycle. A cached
+     * segment still resident adds nothing to the peak: then they wait. */
     tld->segment_peak = tld->segment_count + 1;
-    smi_segments_purge_expired(tld, true);
+    if (segment == NULL || segment->purged) smi_segments_purge_expired(tld, true);
   }
-  sm_segment_t *segment = segment_cache_pop((size_t)heap->thread_id, 1, 1);
   bool zero, cached = segment != NULL;
   uint64_t cached_until = 0;
   if (cached) {
@@ -532,10 +550,21 @@ static sm_page_t *segment_find_page(sm_segment_t *segment, size_t block_size, si
   return NULL;
 }
 
+#define SM_PURGE_LOOK 16 /* entries of the purge list tld_find_page looks at */
+
 /* a page from the tld's segments; large blocks go to the segment with the shortest free run that
  * holds them (best fit: long runs stay for big blocks) */
 static sm_page_t *tld_find_page(sm_tld_t *tld, int kind, size_t block_size, size_t *slots) {
   if (kind != SM_SEGMENT_LARGE) {
+    /* a page whose memory is still there first: the most recently freed ones wait at the back
+     * of the purge list (the first unused page of the first segment may have been purged) */
+    size_t looked = 0;
+    for (sm_page_t *page = tld->purge_last; page != NULL && looked < SM_PURGE_LOOK; page = page->prev, looked++) {
+      if ((int)smi_page_segment(page)->kind == kind) {
+        *slots = 1;
+        return page;
+      }
+    }
     sm_segment_t *segment = kind == SM_SEGMENT_SMALL ? tld->small_free.first : tld->medium_free.first;
     return segment != NULL ? segment_find_page(segment, block_size, slots) : NULL;
   }

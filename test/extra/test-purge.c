@@ -19,6 +19,9 @@
  *   kind-switch    SHARDMALLOC_PURGE_DELAY=60000: 28 MiB of medium pages freed (their segments
  *                  still in use), then 32 MiB of small blocks: the medium pages are given back when
  *                  the small ones need new segments, not a minute later;
+ *   resident-first SHARDMALLOC_PURGE_DELAY=60000: the upper half of 2 MiB of small pages freed
+ *                  (resident), the lower half freed and purged: 1 MiB of blocks of another size
+ *                  takes the resident pages (page faults counted), not the purged ones;
  *   cached-reuse   SHARDMALLOC_PURGE_DELAY=100: a resident cached segment (a freed 3 MiB block)
  *                  taken for a few small blocks: the pages those do not use are purged after the
  *                  delay like any other unused page;
@@ -601,6 +604,41 @@ static void case_kind_switch(void) {
   }
 }
 
+/* ---------------------------------------------------------------- resident-first */
+static int address_order(const void *a, const void *b) {
+  uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void case_resident_first(void) {
+  SECTION("a new page takes memory that is still resident before memory that was purged") {
+    enum { SIZE = 1024, N = 2 * 1024 * 1024 / SIZE, NEXT = 2048, NEXT_N = 1024 * 1024 / NEXT };
+    void **blocks = map_array(N * sizeof(void *)), **next = map_array(NEXT_N * sizeof(void *));
+    for (int i = 0; i < N; i++) {
+      blocks[i] = malloc(SIZE);
+      if (blocks[i] == NULL) abort();
+      memset(blocks[i], 0x51, SIZE);
+    }
+    /* the lower half of those pages is freed and purged; the upper half is freed and stays
+     * resident (delay 60 s), so the first unused page of the segment is a purged one */
+    qsort(blocks, N, sizeof(void *), address_order);
+    for (int i = 0; i < N / 2; i++) free(blocks[i]);
+    sm_collect(false);
+    for (int i = N / 2; i < N; i++) free(blocks[i]);
+    long before = minor_faults();
+    for (int i = 0; i < NEXT_N; i++) {
+      next[i] = malloc(NEXT);
+      if (next[i] == NULL) abort();
+      memset(next[i], 0x52, NEXT);
+    }
+    long faults = minor_faults() - before;
+    printf("      1 MiB of new blocks in another size class: %ld page faults (%d if it took purged pages)\n",
+           faults, (int)(NEXT_N * NEXT / 4096));
+    CHECK(faults < 64, "expected the resident pages to be reused (under 64 page faults), seen %ld", faults);
+    for (int i = 0; i < NEXT_N; i++) free(next[i]);
+  }
+}
+
 /* ---------------------------------------------------------------- cached-reuse */
 static size_t resident_pages(void *start, size_t len) {
   static unsigned char vec[4 * MiB / 4096];
@@ -803,7 +841,7 @@ static void case_rounds(void) {
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|cached-reuse|idle-race|rounds\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|resident-first|cached-reuse|idle-race|rounds\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -824,6 +862,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "adaptive")) case_adaptive();
   else if (!strcmp(c, "kind-switch")) case_kind_switch();
   else if (!strcmp(c, "cached-reuse")) case_cached_reuse();
+  else if (!strcmp(c, "resident-first")) case_resident_first();
   else if (!strcmp(c, "idle-race")) case_idle_race();
   else if (!strcmp(c, "rounds")) case_rounds();
   else {
