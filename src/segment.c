@@ -579,7 +579,8 @@ static sm_page_t *tld_find_page(sm_tld_t *tld, int kind, size_t block_size, size
 
 /* `slots` slots from `page` on are taken: pending purges on them are off (an entry running past
  * them keeps its rest; none starts before `page`, which starts a free run), and their purged
- * memory counts as committed again. Returns whether all of it is known zero. */
+ * memory counts as committed again. Returns whether all of it is known zero. Called before
+ * `page` gets its own span_slots: an entry that starts at `page` is read with its length. */
 static bool span_take(sm_tld_t *tld, sm_segment_t *segment, sm_page_t *page, size_t slots) {
   bool zero = true, reuse_noted = false;
   for (sm_page_t *slot = page; slot < page + slots; slot++) {
@@ -629,11 +630,11 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size) {
   smi_count_add(SM_COUNT_PAGES, 1);
   page->in_use = 1;
   segment->used++;
+  page->mem_is_zero = span_take(tld, segment, page, slots); /* before span_slots: it reads the entry's */
   if (kind == SM_SEGMENT_LARGE) {
     page->span_slots = (uint8_t)slots;
     span_map_set(tld, segment, segment->span_map | span_mask((size_t)(page - segment->pages), slots));
   }
-  page->mem_is_zero = span_take(tld, segment, page, slots);
   if (segment_is_full(segment) && segment->in_free_queue) {
     segment_queue_remove(segment_free_queue(tld, segment), segment);
     segment->in_free_queue = 0;

@@ -22,6 +22,9 @@
  *   resident-first SHARDMALLOC_PURGE_DELAY=60000: the upper half of 2 MiB of small pages freed
  *                  (resident), the lower half freed and purged: 1 MiB of blocks of another size
  *                  takes the resident pages (page faults counted), not the purged ones;
+ *   span-rest      SHARDMALLOC_PURGE_DELAY=100: a 200 KiB block takes the first slots of a freed
+ *                  1 MiB block's span, which waits to be purged: the rest of the span is still
+ *                  purged after the delay;
  *   cached-reuse   SHARDMALLOC_PURGE_DELAY=100: a resident cached segment (a freed 3 MiB block)
  *                  taken for a few small blocks: the pages those do not use are purged after the
  *                  delay like any other unused page;
@@ -648,6 +651,32 @@ static size_t resident_pages(void *start, size_t len) {
   return n;
 }
 
+/* ---------------------------------------------------------------- span-rest */
+static void case_span_rest(void) {
+  SECTION("a block that takes the first slots of a span waiting to be purged: the rest is still purged") {
+    sm_heap_t *heap = sm_heap_new(); /* a segment of its own, laid out from its start */
+    uint8_t *big = sm_heap_malloc(heap, MiB), *keep = sm_heap_malloc(heap, MiB); /* keep: the segment stays */
+    if (big == NULL || keep == NULL) abort();
+    memset(big, 0x33, MiB);
+    sm_free(big); /* its span (17 slots of 64 KiB) waits out the delay, resident */
+    uint8_t *small = sm_heap_malloc(heap, 200 * KiB); /* the first 4 slots of that span */
+    CHECK(small == big, "expected the 200 KiB block at the freed span's start %p, got %p", (void *)big, (void *)small);
+    uint8_t *rest = (uint8_t *)(((uintptr_t)big + 256 * KiB + 64 * KiB - 1) & ~(uintptr_t)(64 * KiB - 1)); /* past it */
+    size_t rest_len = (size_t)(big + MiB - rest) & ~(size_t)4095;
+    size_t before = resident_pages(rest, rest_len);
+    sleep_ms(300); /* three delays (and the adaptive maximum) */
+    void *q = sm_heap_malloc(heap, 5000); /* a slow path of the heap: pending purges that are due run */
+    size_t after = resident_pages(rest, rest_len);
+    printf("      resident pages of the rest of the span: %zu when the block was taken, %zu after the delay\n", before, after);
+    CHECK(before > 128, "expected the rest of the freed span to be resident at first (seen %zu pages)", before);
+    CHECK(after < 16, "expected the rest of the span to be purged after the delay (seen %zu pages resident)", after);
+    sm_free(q);
+    sm_free(small);
+    sm_free(keep);
+    sm_heap_destroy(heap);
+  }
+}
+
 static void case_cached_reuse(void) {
   SECTION("a resident cached segment reused for a few blocks: the rest is purged after the delay") {
     uint8_t *huge = malloc(3 * MiB); /* one segment of its own */
@@ -862,6 +891,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "adaptive")) case_adaptive();
   else if (!strcmp(c, "kind-switch")) case_kind_switch();
   else if (!strcmp(c, "cached-reuse")) case_cached_reuse();
+  else if (!strcmp(c, "span-rest")) case_span_rest();
   else if (!strcmp(c, "resident-first")) case_resident_first();
   else if (!strcmp(c, "idle-race")) case_idle_race();
   else if (!strcmp(c, "rounds")) case_rounds();
