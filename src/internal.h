@@ -195,7 +195,7 @@ bool smi_arena_contains(const void *p);
 size_t smi_arenas_count(void);
 
 /* ---- segment.c ---- */
-sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size);
+sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size, bool busy);
 void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld);
 void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero);
 void smi_huge_free(sm_segment_t *segment);

@@ -376,6 +376,7 @@ void smi_page_retire(sm_page_t *page) {
 static sm_page_t *page_queue_find_free(sm_heap_t *heap, size_t bin) {
   sm_page_queue_t *pq = &heap->pages[bin];
   sm_page_t *page = pq->first;
+  bool busy = page != NULL;
   while (page != NULL) {
     sm_page_t *next = page->next;
 #if SM_SECURE
@@ -396,7 +397,7 @@ static sm_page_t *page_queue_find_free(sm_heap_t *heap, size_t bin) {
     page = next;
   }
   if (page == NULL) {
-    page = smi_segment_page_alloc(heap, smi_bin_size(bin));
+    page = smi_segment_page_alloc(heap, smi_bin_size(bin), busy);
     if (page == NULL) return NULL;
     smi_page_queue_push(heap, page, bin);
     page_extend(page);

@@ -22,6 +22,8 @@
  *   resident-first SHARDMALLOC_PURGE_DELAY=60000: the upper half of 2 MiB of small pages freed
  *                  (resident), the lower half freed and purged: 1 MiB of blocks of another size
  *                  takes the resident pages (page faults counted), not the purged ones;
+ *   sparse-trim    SHARDMALLOC_PURGE_DELAY=60000: a size class's first page that takes over a
+ *                  freed page's resident 64 KiB keeps 16 KiB of it;
  *   span-rest      SHARDMALLOC_PURGE_DELAY=100: a 200 KiB block takes the first slots of a freed
  *                  1 MiB block's span, which waits to be purged: the rest of the span is still
  *                  purged after the delay;
@@ -651,6 +653,31 @@ static size_t resident_pages(void *start, size_t len) {
   return n;
 }
 
+/* ---------------------------------------------------------------- sparse-trim */
+static void case_sparse_trim(void) {
+  SECTION("a size class's first page on resident memory keeps 16 KiB of it") {
+    enum { SIZE = 1024, N = 128 }; /* two pages of 64 KiB, every block touched */
+    sm_heap_t *heap = sm_heap_new();
+    void *blocks[N];
+    for (int i = 0; i < N; i++) {
+      blocks[i] = sm_heap_malloc(heap, SIZE);
+      if (blocks[i] == NULL) abort();
+      memset(blocks[i], 0x61, SIZE);
+    }
+    /* both pages empty: one goes back to its segment and waits (60 s) resident, the other stays
+     * as its size class's only page */
+    for (int i = 0; i < N; i++) sm_free(blocks[i]);
+    uint8_t *p = sm_heap_malloc(heap, 2000); /* a new size class: its first page takes that memory */
+    if (p == NULL) abort();
+    uint8_t *slot = (uint8_t *)((uintptr_t)p & ~(uintptr_t)(64 * KiB - 1));
+    size_t resident = resident_pages(slot, 64 * KiB);
+    printf("      a 2000-byte size class's first page: %zu of 16 pages resident\n", resident);
+    CHECK(resident <= 5, "expected at most 16 KiB resident (4 pages, and the block's own), seen %zu pages", resident);
+    sm_free(p);
+    sm_heap_destroy(heap);
+  }
+}
+
 /* ---------------------------------------------------------------- span-rest */
 static void case_span_rest(void) {
   SECTION("a block that takes the first slots of a span waiting to be purged: the rest is still purged") {
@@ -892,6 +919,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "kind-switch")) case_kind_switch();
   else if (!strcmp(c, "cached-reuse")) case_cached_reuse();
   else if (!strcmp(c, "span-rest")) case_span_rest();
+  else if (!strcmp(c, "sparse-trim")) case_sparse_trim();
   else if (!strcmp(c, "resident-first")) case_resident_first();
   else if (!strcmp(c, "idle-race")) case_idle_race();
   else if (!strcmp(c, "rounds")) case_rounds();
