@@ -653,6 +653,16 @@ static size_t resident_pages(void *start, size_t len) {
   return n;
 }
 
+/* resident pages of [start, start + len) after three purge delays (and the adaptive maximum) and
+ * a slow path of the heap, in which the pending purges that are due run */
+static size_t resident_after_delays(sm_heap_t *heap, void *start, size_t len) {
+  sleep_ms(300);
+  void *q = sm_heap_malloc(heap, 5000);
+  size_t n = resident_pages(start, len);
+  sm_free(q);
+  return n;
+}
+
 /* ---------------------------------------------------------------- sparse-trim */
 static void case_sparse_trim(void) {
   SECTION("a size class's first page on resident memory keeps 16 KiB of it") {
@@ -691,13 +701,10 @@ static void case_span_rest(void) {
     uint8_t *rest = (uint8_t *)(((uintptr_t)big + 256 * KiB + 64 * KiB - 1) & ~(uintptr_t)(64 * KiB - 1)); /* past it */
     size_t rest_len = (size_t)(big + MiB - rest) & ~(size_t)4095;
     size_t before = resident_pages(rest, rest_len);
-    sleep_ms(300); /* three delays (and the adaptive maximum) */
-    void *q = sm_heap_malloc(heap, 5000); /* a slow path of the heap: pending purges that are due run */
-    size_t after = resident_pages(rest, rest_len);
+    size_t after = resident_after_delays(heap, rest, rest_len);
     printf("      resident pages of the rest of the span: %zu when the block was taken, %zu after the delay\n", before, after);
     CHECK(before > 128, "expected the rest of the freed span to be resident at first (seen %zu pages)", before);
     CHECK(after < 16, "expected the rest of the span to be purged after the delay (seen %zu pages resident)", after);
-    sm_free(q);
     sm_free(small);
     sm_free(keep);
     sm_heap_destroy(heap);
@@ -717,13 +724,10 @@ static void case_cached_reuse(void) {
     CHECK(p_segment == segment, "expected the new heap to take the cached segment %p, got %p", (void *)segment,
           (void *)p_segment);
     size_t before = resident_pages(segment, 4 * MiB);
-    sleep_ms(300); /* three delays */
-    void *q = sm_heap_malloc(heap, 5000); /* a slow path: pending purges that are due run */
-    size_t after = resident_pages(segment, 4 * MiB);
+    size_t after = resident_after_delays(heap, segment, 4 * MiB);
     printf("      resident pages of the segment: %zu when taken, %zu after the delay\n", before, after);
     CHECK(before > 512, "expected the cached segment to be resident when taken (seen %zu pages)", before);
     CHECK(after < 64, "expected the pages the heap does not use to be purged (seen %zu resident)", after);
-    sm_free(q);
     sm_free(p);
     sm_heap_destroy(heap);
   }
