@@ -1,8 +1,8 @@
 /* segment.c: segments (SEGMENT_SIZE-aligned regions from the OS) and the pages in them.
  *
  *   small segment   64 pages of 64 KiB  (blocks up to 16 KiB)
- *   medium segment   8 pages of 512 KiB (blocks up to 128 KiB)
- *   large segment   64 slots of 64 KiB  (each block up to 2 MiB: one page spanning a few slots)
+ *   medium segment  16 pages of 256 KiB (blocks up to 64 KiB)
+ *   large segment   64 slots of 64 KiB  (each block above 64 KiB, up to 2 MiB: one page spanning a few slots)
  *   huge segment     1 block in a mapping of whole segments (never in a heap queue)
  * The header (segment_t and its page_t array) fills the first OS page(s); page 0 starts after it.
  *

@@ -46,7 +46,7 @@
 #define SM_SEGMENT_SIZE ((size_t)1 << SM_SEGMENT_SHIFT)
 #define SM_SEGMENT_MASK (SM_SEGMENT_SIZE - 1)
 #define SM_SMALL_PAGE_SHIFT 16 /* 64 KiB pages: 64 per segment */
-#define SM_MEDIUM_PAGE_SHIFT 19 /* 512 KiB pages: 8 per segment */
+#define SM_MEDIUM_PAGE_SHIFT 18 /* 256 KiB pages: 16 per segment (see docs/design.md, size classes) */
 #define SM_SMALL_PAGE_SIZE ((size_t)1 << SM_SMALL_PAGE_SHIFT)
 #define SM_MEDIUM_PAGE_SIZE ((size_t)1 << SM_MEDIUM_PAGE_SHIFT)
 #define SM_SMALL_PAGES_PER_SEGMENT (SM_SEGMENT_SIZE / SM_SMALL_PAGE_SIZE)
@@ -54,7 +54,7 @@
 
 /* size limits of each page kind: at least 4 blocks fit a small or medium page */
 #define SM_SMALL_OBJ_MAX (SM_SMALL_PAGE_SIZE / 4)   /* 16 KiB */
-#define SM_MEDIUM_OBJ_MAX (SM_MEDIUM_PAGE_SIZE / 4) /* 128 KiB */
+#define SM_MEDIUM_OBJ_MAX (SM_MEDIUM_PAGE_SIZE / 4) /* 64 KiB */
 #define SM_LARGE_OBJ_MAX (SM_SEGMENT_SIZE / 2)      /* 2 MiB; above: huge, a mapping of its own */
 /* Secure builds put a PROT_NONE guard page after every segment header and at the end of every
  * segment, so a linear overflow reaches neither metadata nor the next segment. The header area
@@ -140,7 +140,7 @@ typedef struct sm_page_s {
 
 typedef enum {
   SM_SEGMENT_SMALL,  /* 64 KiB pages */
-  SM_SEGMENT_MEDIUM, /* 512 KiB pages */
+  SM_SEGMENT_MEDIUM, /* 256 KiB pages */
   SM_SEGMENT_LARGE,  /* one block per page, each page a span of consecutive 64 KiB slots */
   SM_SEGMENT_HUGE,   /* one block in a mapping of its own (may exceed SM_SEGMENT_SIZE) */
 } sm_segment_kind_t;

@@ -156,7 +156,7 @@ static void case_reserve(void) {
     CHECK_EQ(smi_arenas_count(), 1);
     size_t a = alloc_many(small, 4000, 1000, &in);
     CHECK(a == 4000 && in == a, "4000 small blocks: %zu allocated, %zu in the arena", a, in);
-    a = alloc_many(medium, 100, 100 * KiB, &in);
+    a = alloc_many(medium, 100, 40 * KiB, &in);
     CHECK(a == 100 && in == a, "100 medium blocks: %zu allocated, %zu in the arena", a, in);
     a = alloc_many(large, 4, MiB, &in);
     CHECK(a == 4 && in == a, "4 large blocks: %zu allocated, %zu in the arena", a, in);
