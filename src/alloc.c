@@ -38,12 +38,11 @@ static size_t usable_raw(const void *p) {
 
 #if SM_CHECK_FREES
 /* ---- padding (secure and debug builds) ----
- * Every request gets SM_PADDING more bytes: a 4-byte canary right after the requested bytes
- * (so even a one-byte overflow is seen at free) and, in the last 4 bytes of the block, the distance
- * from the requested end to the block end (so free finds the canary without any table); see
- * padding.h. The debug build also fills the slack between them (SM_FILL_SLACK), new memory
- * (SM_FILL_FRESH) and freed memory (SM_FILL_FREED), and checks at reuse that freed memory was not
- * written. */
+ * Every request gets SM_PADDING more bytes: the block's last 8 bytes hold a canary and the
+ * distance from the requested end to the block end (padding.h). The debug build also fills the
+ * slack between the requested end and the canary (SM_FILL_SLACK, so even a one-byte overflow is
+ * seen at free), new memory (SM_FILL_FRESH) and freed memory (SM_FILL_FREED), and checks at reuse
+ * that freed memory was not written. */
 #include "padding.h"
 #define SM_FILL_FRESH 0xD0
 #define SM_FILL_FREED 0xDF
@@ -59,6 +58,14 @@ static size_t padding_requested(const void *p, size_t usable) {
   smi_track_noaccess((const uint8_t *)p + usable - 4, 4);
   return delta >= SM_PADDING && delta <= usable ? usable - delta : usable;
 }
+
+/* the usable size: the requested size where it is reported exactly, else up to the canary */
+static size_t padding_usable(const void *p, size_t usable) {
+  return SM_PADDING_EXACT ? padding_requested(p, usable) : usable - SM_PADDING;
+}
+/* bytes a zeroed request clears: all it may use (rezalloc counts on bytes past the usable size
+ * reading as zero after it grows in place) */
+static size_t zero_len(size_t size, size_t usable) { return SM_PADDING_EXACT ? size : usable - SM_PADDING; }
 
 /* every case: fill patterns and the write-after-free check (debug), memory checkers, aligned
  * pointers inside their block. Out of line, except for the memory checkers: they name the
@@ -86,9 +93,9 @@ void *padding_finish_full(void *p, size_t size, bool zero) {
     }
   }
   memset(b, zero ? 0 : SM_FILL_FRESH, size); /* after the check: it covers the link word too */
-  memset(b + size + 4, SM_FILL_SLACK, usable - size - SM_PADDING);
+  memset(b + size, SM_FILL_SLACK, usable - size - SM_PADDING);
 #else
-  memset(b, 0, zero ? size : sizeof(sm_block_t) < size ? sizeof(sm_block_t) : size); /* no link leaks out */
+  memset(b, 0, zero ? zero_len(size, usable) : sizeof(sm_block_t) < usable ? sizeof(sm_block_t) : usable); /* no link leaks out */
 #endif
   /* an aligned pointer inside its block: the block's own start must not look free either */
   const sm_segment_t *seg = smi_ptr_segment(b);
@@ -120,34 +127,35 @@ __attribute__((always_inline)) static inline void *padding_finish(void *p, size_
   const sm_page_t *page = smi_segment_page_of(smi_ptr_segment(b), b);
   __asm__("" : "+r"(page)); /* computed once: gcc otherwise re-derives it from the index */
   if (SM_DEBUG || SM_TRACK || sm_unlikely(smi_page_has_aligned(page))) return padding_finish_full(p, size, zero);
-  if (zero) memset(b, 0, size);
+  if (zero) memset(b, 0, zero_len(size, page->block_size));
   else memset(b, 0, sizeof(sm_block_t)); /* a constant size: one store */
   smi_padding_write(b, size, page->block_size);
   return p;
 }
 
-/* at free: report an overflow past the requested size, naming the first overwritten byte (free's
+/* at free: report an overflow past the usable size, naming the first overwritten byte (free's
  * fast path tests smi_padding_intact first) */
 void smi_padding_check(const void *p, size_t block_size) {
   const uint8_t *b = p;
-  size_t usable = usable_raw(p);
-  size_t size = padding_requested(p, usable);
-  uint32_t canary;
-  smi_track_defined(b + size, usable - size);
-  memcpy(&canary, b + size, 4);
+  size_t usable = usable_raw(p), size = padding_requested(p, usable), canary_at = usable - SM_PADDING;
+  size_t from = size < canary_at ? size : canary_at; /* the padding (size == usable: record damaged) */
+  (void)from;                                        /* memory-checker builds only */
+  smi_track_defined(b + from, usable - from);
   size_t bad = SIZE_MAX;
-  if (size == usable || canary != smi_canary_of(p)) {
-    bad = size;
-    while (bad < usable - 4 && bad < size + 4 && b[bad] == ((const uint8_t *)&(uint32_t){smi_canary_of(p)})[bad - size]) bad++;
-  }
 #if SM_DEBUG
-  for (size_t i = size + 4; bad == SIZE_MAX && i < usable - 4; i++) {
+  for (size_t i = size; bad == SIZE_MAX && i < canary_at; i++) {
     if (b[i] != SM_FILL_SLACK) bad = i;
   }
 #endif
-  smi_track_noaccess(b + size, usable - size);
+  uint32_t canary = smi_canary_of(p);
+  for (size_t i = 0; bad == SIZE_MAX && i < 4; i++) {
+    if (b[canary_at + i] != ((const uint8_t *)&canary)[i]) bad = canary_at + i;
+  }
+  if (bad == SIZE_MAX && size == usable) bad = usable - 4; /* the size record itself */
+  smi_track_noaccess(b + from, usable - from);
   if (bad != SIZE_MAX)
-    smi_error(EFAULT, "buffer overflow in block %p (requested %zu bytes, block size %zu): byte %zu was overwritten", p, size, block_size, bad);
+    smi_error(EFAULT, "buffer overflow in block %p (requested %zu bytes, usable %zu, block size %zu): byte %zu was overwritten",
+              p, size, padding_usable(p, usable), block_size, bad);
 }
 
 /* free: the program's part of the block is no longer the program's */
@@ -161,13 +169,10 @@ void smi_track_block_free(void *p) {
 #endif
 }
 
-size_t smi_usable_size(const void *p) {
-  if (p == NULL) return 0;
-  size_t usable = usable_raw(p);
-  return padding_requested(p, usable);
-}
+size_t smi_usable_size(const void *p) { return p == NULL ? 0 : padding_usable(p, usable_raw(p)); }
+size_t smi_requested_size(const void *p) { return padding_requested(p, usable_raw(p)); }
 
-/* the block's requested size changes in place: move the padding */
+/* the block's requested size changes in place: rewrite the padding */
 void *sm_expand(void *p, size_t newsize) {
   if (p == NULL) return NULL;
   uint8_t *b = p;
@@ -176,7 +181,7 @@ void *sm_expand(void *p, size_t newsize) {
   if (newsize > SM_MAX_ALLOC_SIZE || newsize + SM_PADDING > usable) return NULL;
   smi_track_undefined(b + size, usable - size);
 #if SM_DEBUG
-  memset(b + newsize + 4, SM_FILL_SLACK, usable - newsize - SM_PADDING);
+  memset(b + newsize, SM_FILL_SLACK, usable - newsize - SM_PADDING);
 #endif
   smi_padding_write(b, newsize, usable);
   smi_track_resize(b, size, newsize);
@@ -219,8 +224,8 @@ static inline __attribute__((always_inline)) void *heap_alloc(sm_heap_t *heap, s
       page->free = next;
       page->used++;
       uint8_t *b = (uint8_t *)block;
-      if (zero && size > sizeof(sm_block_t)) memset(b, 0, size);
-      else block->next = NULL; /* covers a zeroed request of up to 8 bytes too */
+      if (zero) memset(b, 0, zero_len(size, page->block_size));
+      else block->next = NULL;
       smi_padding_write(b, size, page->block_size);
       return b;
     }
@@ -351,7 +356,7 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
   bool aligned = alignment == 0 || (((uintptr_t)p + offset) & (alignment - 1)) == 0;
   if (!SM_CHECK_FREES && aligned && newsize <= usable && newsize >= usable / 2) return p;
 #if SM_CHECK_FREES
-  /* padded builds: the block stays if it passes every check a free makes; its padding moves */
+  /* padded builds: the block stays if it passes every check a free makes; its padding is rewritten */
   size_t room = usable_raw(p) - SM_PADDING;
   if (aligned && newsize <= room && newsize >= room / 2) {
     if (!smi_block_is_live(p)) return NULL; /* reported; the bad call is ignored */

@@ -282,6 +282,9 @@ void smi_quarantine_flush(sm_heap_t *heap);
 void *smi_malloc_aligned(sm_heap_t *heap, size_t size, size_t alignment, size_t offset, bool zero);
 void *smi_realloc(void *p, size_t newsize, bool free_on_fail);
 size_t smi_usable_size(const void *p);
+#if SM_CHECK_FREES
+size_t smi_requested_size(const void *p); /* from the block's padding */
+#endif
 void smi_padding_check(const void *p, size_t block_size);
 void smi_track_block_free(void *p);
 void *smi_enomem(void);

@@ -93,8 +93,8 @@ void *sm__expand(void *p, size_t newsize) { return sm_expand(p, newsize); } /* W
  * it exactly (from the block's padding) and report any other size instead of freeing. */
 static bool sized_free_ok(void *p, size_t size) {
 #if SM_CHECK_FREES
-  if (p != NULL && sm_check_owned(p) && size != smi_usable_size(p)) {
-    smi_error(EINVAL, "sized free of %p with size %zu, but %zu bytes were requested", p, size, smi_usable_size(p));
+  if (p != NULL && sm_check_owned(p) && size != smi_requested_size(p)) {
+    smi_error(EINVAL, "sized free of %p with size %zu, but %zu bytes were requested", p, size, smi_requested_size(p));
     return false;
   }
 #else

@@ -7,6 +7,7 @@
 #include "sm-test.h"
 
 #include <dlfcn.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -57,8 +58,11 @@ static void misuse(const char *c) {
     void *q = realloc((void *)p, 200);
     (void)q;
   } else if (!strcmp(c, "write-past-end")) {
+    /* past the usable size: the requested 100 bytes in the debug build, up to the canary in the
+     * secure one */
     volatile char *q = opaque_ptr((void *)p);
-    for (int i = 100; i < 104; i++) q[i] = 0x55; /* past the requested 100 bytes */
+    size_t end = malloc_usable_size((void *)p);
+    for (size_t i = end; i < end + 4; i++) q[i] = 0x55;
     free((void *)p);
   } else if (!strcmp(c, "write-after-free")) {
     free((void *)p);

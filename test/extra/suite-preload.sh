@@ -3,9 +3,10 @@
 # (a secure or debug build of shardmalloc), so the regular suite is shown to pass under that build
 # (issue 5: "The whole regular test suite also passes under both builds").
 # Sections named in SM_RELEASE_ONLY (a '|'-separated list of section titles) check behaviour that
-# only the release build promises (exact usable sizes, realloc in place); padded builds return the
-# requested size as the usable size and always move on realloc. Those sections may fail; every other
-# section must pass, and the program must end normally (no crash, no abort, no error report).
+# only the release build promises (exact usable sizes, realloc in place); padded builds return
+# less than the block as the usable size (the debug build the requested size). Those sections may
+# fail; every other section must pass, and the program must end normally (no crash, no abort, no
+# error report).
 lib=$1; shift
 prog=$1; shift
 name=$(basename "$prog")

@@ -164,12 +164,14 @@ static int child(const char *c) {
     free(opaque_ptr(p)); /* double free: EINVAL */
     char *q = malloc(64);
     fs(q, 65); /* wrong size: EINVAL */
+    size_t (*usable)(const void *) = (size_t (*)(const void *))sym("sm_usable_size");
     char *o = malloc(24);
-    memset(opaque_ptr(o), 0x41, 24);
-    /* one byte of overflow: EFAULT. It must change the byte: a fixed value equals the canary's
-     * byte there in one run of 256, and a write that changes nothing cannot be seen. */
+    size_t u = usable(o);
+    memset(opaque_ptr(o), 0x41, u);
+    /* one byte past the usable size: EFAULT. It must change the byte: a fixed value equals the
+     * canary's byte there in one run of 256, and a write that changes nothing cannot be seen. */
     volatile char *v = opaque_ptr(o);
-    v[24] = (char)(v[24] ^ 0x5A);
+    v[u] = (char)(v[u] ^ 0x5A);
     free(o);
     free(q);
     printf("child: handler calls: %d:", ncodes);
