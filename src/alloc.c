@@ -95,7 +95,7 @@ void *padding_finish_full(void *p, size_t size, bool zero) {
   memset(b, zero ? 0 : SM_FILL_FRESH, size); /* after the check: it covers the link word too */
   memset(b + size, SM_FILL_SLACK, usable - size - SM_PADDING);
 #else
-  memset(b, 0, zero ? zero_len(size, usable) : sizeof(sm_block_t) < usable ? sizeof(sm_block_t) : usable); /* no link leaks out */
+  memset(b, 0, zero ? zero_len(size, usable) : sizeof(sm_block_t)); /* no link leaks out (usable >= SM_PADDING) */
 #endif
   /* an aligned pointer inside its block: the block's own start must not look free either */
   const sm_segment_t *seg = smi_ptr_segment(b);
