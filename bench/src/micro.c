@@ -12,32 +12,28 @@
 static uint16_t sizes[NSIZES];
 static long per_producer;
 static spsc_t queues[2];
+static parker_t parkers[4]; /* producer 0 and 1, consumer 0 and 1 */
 static _Atomic long g_freed;
 
 static void *producer(void *arg) {
   int id = (int)(intptr_t)arg;
+  pin_to_cpu_slot(2 * id); /* producer and consumer on different cores (see common.h) */
   unsigned k = (unsigned)id * 1237;
   for (long i = 0; i < per_producer; i++) {
     size_t s = sizes[k++ & (NSIZES - 1)];
     item_t it = {xmalloc_tagged(s), s};
     spsc_push(&queues[id], it);
   }
+  spsc_push_done(&queues[id]);
   return NULL;
 }
 static void *consumer(void *arg) {
   int id = (int)(intptr_t)arg;
+  pin_to_cpu_slot(2 * id + 1);
   long got = 0;
-  unsigned idle = 0;
-  item_t it;
-  while (got < per_producer) {
-    if (spsc_try_pop(&queues[id], &it)) {
-      xfree_tagged(it.p, it.size, "micro xthread");
-      got++;
-      idle = 0;
-    } else if (++idle > 64) {
-      sched_yield();
-      idle = 0;
-    }
+  for (; got < per_producer; got++) {
+    item_t it = spsc_pop(&queues[id]);
+    xfree_tagged(it.p, it.size, "micro xthread");
   }
   atomic_fetch_add(&g_freed, got);
   return NULL;
@@ -73,8 +69,8 @@ int main(int argc, char **argv) {
     pairs = ops;
   } else if (strcmp(argv[1], "xthread") == 0) {
     per_producer = ops / 2;
-    spsc_init(&queues[0], 1024);
-    spsc_init(&queues[1], 1024);
+    spsc_init(&queues[0], 1024, &parkers[0], &parkers[2]);
+    spsc_init(&queues[1], 1024, &parkers[1], &parkers[3]);
     pthread_t th[4];
     t0 = now_sec();
     th[0] = spawn(consumer, (void *)0);

@@ -136,7 +136,8 @@ static void run_swing(tstate_t *t, long n) {
 
 /* ---- unidirectional / bidirectional: threads in pairs joined by lock-free queues ---- */
 typedef struct {
-  spsc_t q[2]; /* q[0]: a -> b, q[1]: b -> a */
+  spsc_t q[2];      /* q[0]: a -> b, q[1]: b -> a */
+  parker_t park[2]; /* where a and b sleep */
 } pairq_t;
 static pairq_t *pairs;
 
@@ -149,48 +150,43 @@ static void run_unidir(tstate_t *t, int id, long n) {
   pairq_t *pq = &pairs[id / 2];
   if ((id & 1) == 0) { /* producer */
     for (long i = 0; i < n; i++) spsc_push(&pq->q[0], do_alloc(t));
+    spsc_push_done(&pq->q[0]);
   } else { /* consumer: frees as many as its producer allocates */
-    long got = 0;
-    unsigned idle = 0;
-    item_t it;
-    while (got < n) {
-      if (spsc_try_pop(&pq->q[0], &it)) {
-        do_free(t, it);
-        got++;
-        idle = 0;
-      } else if (++idle > 64) {
-        sched_yield();
-        idle = 0;
-      }
-    }
+    for (long got = 0; got < n; got++) do_free(t, spsc_pop(&pq->q[0]));
   }
+}
+
+typedef struct {
+  spsc_t *out, *in;
+  long sent, got, n;
+} bidir_t;
+static int bidir_ready(void *arg) {
+  bidir_t *b = (bidir_t *)arg;
+  return (b->sent < b->n && spsc_can_push(b->out)) || (b->got < b->n && spsc_can_pop(b->in));
 }
 
 static void run_bidir(tstate_t *t, int id, long n) {
   pairq_t *pq = &pairs[id / 2];
-  spsc_t *out = &pq->q[id & 1], *in = &pq->q[(id & 1) ^ 1];
-  long sent = 0, got = 0;
+  bidir_t b = {&pq->q[id & 1], &pq->q[(id & 1) ^ 1], 0, 0, n};
   item_t pending = {NULL, 0}, it;
-  unsigned idle = 0;
-  while (sent < n || got < n) {
+  while (b.sent < n || b.got < n) {
     int progress = 0;
-    if (sent < n) {
+    if (b.sent < n) {
       if (!pending.p) pending = do_alloc(t);
-      if (spsc_try_push(out, pending)) {
+      if (spsc_try_push(b.out, pending)) {
         pending.p = NULL;
-        sent++;
+        if (++b.sent == n) spsc_push_done(b.out);
         progress = 1;
       }
     }
-    while (got < n && spsc_try_pop(in, &it)) {
+    while (b.got < n && spsc_try_pop(b.in, &it)) {
       do_free(t, it);
-      got++;
+      b.got++;
       progress = 1;
     }
-    if (progress) idle = 0;
-    else if (++idle > 64) {
-      sched_yield();
-      idle = 0;
+    if (!progress) { /* my ring out is full (or all sent) and the one in is empty */
+      parker_wake(b.out->consumer);
+      parker_park(b.out->producer, bidir_ready, &b);
     }
   }
 }
@@ -247,8 +243,8 @@ static void *worker(void *arg) {
   case W_SIMPLE: run_simple(t, pairs_per_thread); break;
   case W_ISOLATED: run_isolated(t, pairs_per_thread); break;
   case W_SWING: run_swing(t, pairs_per_thread); break;
-  case W_UNIDIR: run_unidir(t, a->id, pairs_per_thread); break;
-  case W_BIDIR: run_bidir(t, a->id, pairs_per_thread); break;
+  case W_UNIDIR: pin_to_cpu_slot(a->id); run_unidir(t, a->id, pairs_per_thread); break;
+  case W_BIDIR: pin_to_cpu_slot(a->id); run_bidir(t, a->id, pairs_per_thread); break;
   }
   tstate_flush(t);
   return NULL;
@@ -284,8 +280,9 @@ int main(int argc, char **argv) {
   if (workload == W_UNIDIR || workload == W_BIDIR) {
     pairs = xcalloc_lines((size_t)nthreads / 2, sizeof(pairq_t)); /* spsc_t's ends are line-aligned */
     for (int i = 0; i < nthreads / 2; i++) {
-      spsc_init(&pairs[i].q[0], 1024);
-      spsc_init(&pairs[i].q[1], 1024);
+      parker_t *a = &pairs[i].park[0], *b = &pairs[i].park[1];
+      spsc_init(&pairs[i].q[0], 1024, a, b);
+      spsc_init(&pairs[i].q[1], 1024, b, a);
     }
   }
 
