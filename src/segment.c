@@ -124,6 +124,46 @@ static void segment_os_free(sm_segment_t *segment) {
   smi_mem_free(segment->map_start, segment->map_size, segment->purged_bytes);
 }
 
+/* ---- adaptive purge delay ----
+ * Memory purged and then taken again within the delay means the program frees and reuses memory in
+ * a rhythm slower than the delay: each purge costs a round of page faults (and, with several
+ * threads, TLB shootdowns) for nothing. Such a reuse doubles the delay, up to 8x; a second without
+ * one halves it again. The rhythm is the process's, not a thread's: new threads start with it,
+ * and threads that share cores with others run their rhythm slower in wall-clock time (with a
+ * per-thread 4x, SHSH swing-8 on 2 cores still made 900 purges a run, and 770 of the purged pages
+ * were taken again within 100 ms). Two rhythms: pages (a thread's purge list) and the segment cache, which counts
+ * only a segment taken by another thread than the one that left it (threads that come and go in
+ * rounds, as in mstress): a single-threaded program that frees and retakes segments (gcc) would
+ * otherwise hold cached segments longer and raise its peak. */
+#define SM_PURGE_SCALE_MAX 8
+#define SM_PURGE_SCALE_DECAY_MS 1000
+
+typedef struct purge_rhythm_s {
+  _Atomic(uint32_t) scale; /* the delay's multiplier */
+  _Atomic(uint64_t) at;    /* when it last changed */
+} purge_rhythm_t;
+static purge_rhythm_t page_rhythm = {1, 0}, cache_rhythm = {1, 0};
+
+static uint64_t rhythm_delay(purge_rhythm_t *r) {
+  return (uint64_t)smi_option(sm_option_purge_delay) * atomic_load_explicit(&r->scale, memory_order_relaxed);
+}
+
+/* memory purged at purged_at is taken again at now (relaxed: a lost update only delays a step) */
+static void rhythm_note_reuse(purge_rhythm_t *r, uint64_t purged_at, uint64_t now) {
+  if (smi_option(sm_option_purge_delay) <= 0 || now >= purged_at + rhythm_delay(r)) return;
+  uint32_t scale = atomic_load_explicit(&r->scale, memory_order_relaxed);
+  if (scale < SM_PURGE_SCALE_MAX) atomic_store_explicit(&r->scale, scale * 2, memory_order_relaxed);
+  atomic_store_explicit(&r->at, now, memory_order_relaxed);
+}
+
+static void rhythm_decay(purge_rhythm_t *r, uint64_t now) {
+  uint32_t scale = atomic_load_explicit(&r->scale, memory_order_relaxed);
+  if (scale > 1 && now >= atomic_load_explicit(&r->at, memory_order_relaxed) + SM_PURGE_SCALE_DECAY_MS) {
+    atomic_store_explicit(&r->scale, scale / 2, memory_order_relaxed);
+    atomic_store_explicit(&r->at, now, memory_order_relaxed);
+  }
+}
+
 /* ---- the segment cache: unused mappings (whole segments, huge ones too), shared by all threads
  * A fixed array of slots, each holding one mapping or 0. A slot word is the segment address with
  * its size in SEGMENT_SIZE units in the low bits (segments are aligned), so a thread can pick a
@@ -218,9 +258,7 @@ static void segment_cache_sweep(uint64_t now, bool force) {
       continue;
     sm_segment_t *segment = (sm_segment_t *)(entry & ~(uintptr_t)SM_SEGMENT_MASK);
     cache_count_taken(entry);
-    /* after the delay, one-segment entries are purged and larger ones (huge blocks) unmapped.
-     * (Holding huge mappings longer was measured: 3 delays made `large` 1.6x faster but its peak
-     * RSS 1.3x higher, above mimalloc's; memory won.) */
+    /* after the delay, one-segment entries are purged and larger ones (huge blocks) unmapped */
     bool multi = segment->map_size > SM_SEGMENT_SIZE;
     uint64_t due = segment->purge_at;
     bool expired = force || (!segment->purged && due <= now);
@@ -233,6 +271,7 @@ static void segment_cache_sweep(uint64_t now, bool force) {
       smi_mem_purged(segment->size - SM_OS_PAGE_SIZE - segment->purged_bytes);
       segment->purged_bytes = segment->size - SM_OS_PAGE_SIZE;
       segment->purged = 1;
+      segment->purge_at = now == UINT64_MAX ? 0 : now; /* from now on: when it was purged (rhythm_note_reuse) */
     }
     if (!segment->purged && due < next) next = due;
     if (!segment_cache_push(segment)) segment_os_free(segment);
@@ -245,9 +284,13 @@ static void segment_cache_sweep(uint64_t now, bool force) {
 /* An unused mapping goes to the cache (to be purged after the delay) or back to the OS. */
 static void segment_cache_release(sm_segment_t *segment, uint64_t now) {
   long delay = smi_option(sm_option_purge_delay);
+  segment->cached_by = atomic_load_explicit(&segment->thread_id, memory_order_relaxed);
   atomic_store_explicit(&segment->thread_id, 0, memory_order_relaxed);
   bool purged = false; /* its memory still holds what was there (not zero) */
-  uint64_t purge_at = delay < 0 ? UINT64_MAX : now + (uint64_t)delay; /* -1: never purged */
+  /* -1: never purged. Huge mappings keep the plain delay: holding them 3 delays made `large` 1.6x
+   * faster but its peak RSS 1.3x higher, above mimalloc's */
+  uint64_t purge_at = delay < 0 ? UINT64_MAX
+                    : now + (segment->map_size > SM_SEGMENT_SIZE ? (uint64_t)delay : rhythm_delay(&cache_rhythm));
   segment->purged = purged;
   segment->purge_at = purge_at;
   if (delay == 0 || !segment_cache_push(segment)) {
@@ -335,25 +378,6 @@ static void purge_list_insert(sm_tld_t *tld, sm_page_t *page) {
   else tld->purge_first = page;
 }
 
-/* Adaptive purge delay: a purged page that is taken again within one delay means the program
- * frees and reuses memory in a rhythm slower than the delay, so each purge costs a round of page
- * faults for nothing. The thread's delay then doubles, up to 4x (8x raised mstress's peak RSS by
- * about 10%); a second without such a reuse halves it again. */
-#define SM_PURGE_SCALE_MAX 4
-#define SM_PURGE_SCALE_DECAY_MS 1000
-
-static uint64_t purge_delay_of(sm_tld_t *tld) {
-  long delay = smi_option(sm_option_purge_delay);
-  return (uint64_t)delay * (tld->purge_scale == 0 ? 1 : tld->purge_scale);
-}
-
-static void purge_note_reuse(sm_tld_t *tld, const sm_page_t *page) {
-  long delay = smi_option(sm_option_purge_delay);
-  if (delay <= 0 || tld->now_ms >= page->purge_at + (uint64_t)delay) return;
-  if (tld->purge_scale < SM_PURGE_SCALE_MAX) tld->purge_scale = tld->purge_scale == 0 ? 2 : tld->purge_scale * 2;
-  tld->purge_scale_at = tld->now_ms;
-}
-
 /* Purge what has waited long enough (everything with force). Bounded by what is pending. */
 void smi_segments_purge_expired(sm_tld_t *tld, bool force) {
   uint64_t now = tld_now(tld);
@@ -362,10 +386,8 @@ void smi_segments_purge_expired(sm_tld_t *tld, bool force) {
     purge_list_remove(tld, page);
     page_purge(smi_page_segment(page), page, now);
   }
-  if (tld->purge_scale > 1 && now >= tld->purge_scale_at + SM_PURGE_SCALE_DECAY_MS) {
-    tld->purge_scale /= 2;
-    tld->purge_scale_at = now;
-  }
+  rhythm_decay(&page_rhythm, now);
+  rhythm_decay(&cache_rhythm, now);
   if (smi_segment_cache_pending()) segment_cache_sweep(now, false);
 }
 
@@ -475,6 +497,7 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
   if (cached) {
     zero = segment->purged;
     cached_until = segment->purge_at;
+    if (zero && segment->cached_by != heap->thread_id) rhythm_note_reuse(&cache_rhythm, cached_until, tld_now(tld));
     smi_mem_unpurged(segment->purged_bytes); /* its header is rewritten below */
   } else {
     smi_stat_inc(SM_STAT_SEGMENT_MAP);
@@ -595,7 +618,7 @@ static bool span_take(sm_tld_t *tld, sm_segment_t *segment, sm_page_t *page, siz
       }
     }
     if (slot->is_purged) { /* its memory comes back as it is touched */
-      if (!reuse_noted) purge_note_reuse(tld, slot);
+      if (!reuse_noted) rhythm_note_reuse(&page_rhythm, slot->purge_at, tld->now_ms);
       reuse_noted = true;
       slot->is_purged = 0;
       size_t area = span_area(segment, slot, 1);
@@ -716,7 +739,7 @@ void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld) {
   long delay = smi_option(sm_option_purge_delay);
   if (delay == 0) page_purge(segment, page, tld_now(tld));
   else if (delay > 0) {
-    page->purge_at = tld_now(tld) + purge_delay_of(tld);
+    page->purge_at = tld_now(tld) + rhythm_delay(&page_rhythm);
     purge_list_insert(tld, page);
   }
   sm_segment_queue_t *q = segment_free_queue(tld, segment);

@@ -160,7 +160,8 @@ typedef struct sm_segment_s {
   size_t size;          /* bytes from the segment start to its end */
   uint8_t *map_start;   /* the OS mapping (differs from the segment for over-aligned huge blocks) */
   size_t map_size;
-  uint64_t purge_at;    /* for cached segments: when to purge their pages */
+  uint64_t purge_at;    /* cached segments: when to purge them; once purged, when that was */
+  uintptr_t cached_by;  /* cached segments: the thread that left it there (0: none) */
   struct sm_segment_s *next, *prev;   /* tld queue of segments with an unused page */
   struct sm_segment_s *abandoned_next;
   uintptr_t cookie;     /* address ^ process secret: a cheap validity check */
@@ -186,8 +187,6 @@ typedef struct sm_tld_s {
   size_t segment_peak;            /* the most it has owned at once */
   sm_page_t *purge_first, *purge_last; /* unused pages waiting to be purged, oldest first */
   uint64_t now_ms;                /* last clock reading */
-  uint32_t purge_scale;           /* purge_delay multiplier, raised while purged pages are reused soon */
-  uint64_t purge_scale_at;        /* when it last changed */
 } sm_tld_t;
 
 /* ---- heaps: one per thread (its backing heap), plus those made with sm_heap_new ----

@@ -570,6 +570,47 @@ static void case_adaptive(void) {
   }
 }
 
+/* ---------------------------------------------------------------- cache-rhythm
+ * Threads that come and go in rounds slower than the purge delay: each ends with its segments
+ * empty (into the segment cache), and the next round's thread takes them after the delay has
+ * purged them. Segments taken by another thread soon after their purge stretch the cache's delay,
+ * so after the first rounds the new threads find them still resident. */
+enum { RHYTHM_ROUNDS = 12, RHYTHM_BLOCKS = 1024, RHYTHM_SIZE = 8000 };
+static void *rhythm_worker(void *arg) {
+  static void *b[RHYTHM_BLOCKS];
+  struct rusage ru;
+  getrusage(RUSAGE_THREAD, &ru);
+  long f0 = ru.ru_minflt;
+  for (int i = 0; i < RHYTHM_BLOCKS; i++) {
+    b[i] = malloc(RHYTHM_SIZE);
+    if (b[i] == NULL) abort();
+    memset(b[i], 0x3C, RHYTHM_SIZE);
+  }
+  getrusage(RUSAGE_THREAD, &ru);
+  *(long *)arg = ru.ru_minflt - f0;
+  for (int i = 0; i < RHYTHM_BLOCKS; i++) free(b[i]);
+  return NULL;
+}
+
+static void case_cache_rhythm(void) {
+  SECTION("threads in rounds slower than the purge delay stop re-faulting the cached segments") {
+    long faults[RHYTHM_ROUNDS];
+    for (int r = 0; r < RHYTHM_ROUNDS; r++) {
+      pthread_t t;
+      pthread_create(&t, NULL, rhythm_worker, &faults[r]);
+      pthread_join(t, NULL);
+      sleep_ms(25); /* past the 10 ms delay, within 4x of it */
+    }
+    long late = 0;
+    for (int r = RHYTHM_ROUNDS / 2; r < RHYTHM_ROUNDS; r++) late += faults[r];
+    printf("      page faults of a round's 8 MiB: first %ld, second %ld, rounds %d-%d on average %.1f\n", faults[0],
+           faults[1], RHYTHM_ROUNDS / 2, RHYTHM_ROUNDS - 1, (double)late / (RHYTHM_ROUNDS / 2));
+    CHECK(faults[0] > 1000, "the first round faults its 8 MiB in (seen %ld)", faults[0]);
+    CHECK(late * 4 < faults[0] * (RHYTHM_ROUNDS / 2), "later rounds fault < 25%% of the first on average (%.1f vs %ld)",
+          (double)late / (RHYTHM_ROUNDS / 2), faults[0]);
+  }
+}
+
 /* ---------------------------------------------------------------- kind-switch */
 static void case_kind_switch(void) {
   SECTION("medium pages waiting out a long purge delay go when small blocks need new segments") {
@@ -901,7 +942,7 @@ static void case_rounds(void) {
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|resident-first|cached-reuse|idle-race|rounds\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|resident-first|cached-reuse|idle-race|rounds|cache-rhythm\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -927,6 +968,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "resident-first")) case_resident_first();
   else if (!strcmp(c, "idle-race")) case_idle_race();
   else if (!strcmp(c, "rounds")) case_rounds();
+  else if (!strcmp(c, "cache-rhythm")) case_cache_rhythm();
   else {
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
