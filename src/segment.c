@@ -131,10 +131,10 @@ static void segment_os_free(sm_segment_t *segment) {
  * one halves it again. The rhythm is the process's, not a thread's: new threads start with it,
  * and threads that share cores with others run their rhythm slower in wall-clock time (with a
  * per-thread 4x, SHSH swing-8 on 2 cores still made 900 purges a run, and 770 of the purged pages
- * were taken again within 100 ms). Two rhythms: pages (a thread's purge list) and the segment cache, which counts
- * only a segment taken by another thread than the one that left it (threads that come and go in
- * rounds, as in mstress): a single-threaded program that frees and retakes segments (gcc) would
- * otherwise hold cached segments longer and raise its peak. */
+ * were taken again within 100 ms). Two rhythms: pages (a thread's purge list) and the segment
+ * cache, which counts only a segment taken by another thread than the one that left it (threads
+ * that come and go in rounds, as in mstress): a single-threaded program that frees and retakes
+ * segments (gcc) would otherwise hold cached segments longer and raise its peak. */
 #define SM_PURGE_SCALE_MAX 8
 #define SM_PURGE_SCALE_DECAY_MS 1000
 
