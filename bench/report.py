@@ -180,6 +180,38 @@ def summary_table(data):
                   "workloads compared", "failed workloads"], rows)
 
 
+# each hardened build against its own allocator's release build in the same run: what its defences cost
+HARDENED = [("shardmalloc-secure", "shardmalloc"), ("mimalloc-secure", "mimalloc")]
+
+
+HARDENED_NOTE = ("What each allocator's hardening costs, from the same run. mimalloc-secure is mimalloc built by "
+                 "`bench/run` from Debian's source package of the installed version with `MI_SECURE=ON` (its "
+                 "full level: guard pages, encoded free lists, randomised allocation, double-free checks; no "
+                 "canary after blocks) and Debian's other build settings.")
+
+
+def hardened_table(data):
+    rows = []
+    for hard, rel in HARDENED:
+        times, rss, worst = [], [], None
+        for w in main_workloads(data):
+            h, r = data["summary"][w["name"]].get(hard), data["summary"][w["name"]].get(rel)
+            if not (h and r and h["status"] == "ok" and r["status"] == "ok" and "time" in h and "time" in r):
+                continue
+            t = h["time"] / r["time"]
+            times.append(t)
+            rss.append(h["rss_kb"] / r["rss_kb"] if r["rss_kb"] else None)
+            if worst is None or t > worst[0]:
+                worst = (t, w["name"])
+        if times:
+            rows.append([hard, rel, fmt_ratio(geomean(times)), "%s (%s)" % (fmt_ratio(worst[0]), worst[1]),
+                         fmt_ratio(geomean(rss)), len(times)])
+    if not rows:
+        return None
+    return table(["hardened build", "against", "time (geo. mean)", "worst workload", "peak RSS (geo. mean)",
+                  "workloads"], rows)
+
+
 def abs_table(data):
     order = data["order"]
     rows = []
@@ -533,6 +565,9 @@ def markdown(data, charts=()):
         "(micro excluded); above 1 means slower or larger than %s." % (ref, ref),
         summary_table(data),
     ]
+    h = hardened_table(data)
+    if h:
+        parts += ["## Hardened builds against their own release builds", HARDENED_NOTE, h]
     if charts:
         parts += ["## Charts", charts_md(charts, "", ref)]
     parts += [
@@ -667,7 +702,8 @@ def docs_page(data, charts, prefix, memtime=""):
     parts = [
         "# Benchmarks"] + banner + [
         "shardmalloc against the allocators people actually choose between: glibc's malloc, jemalloc, "
-        "tcmalloc, mimalloc and Intel's tbbmalloc (all from Debian's packages), run side by side on the same "
+        "tcmalloc, mimalloc and Intel's tbbmalloc (all from Debian's packages, and mimalloc's secure mode built from "
+        "Debian's source), run side by side on the same "
         "programs with the same inputs. Everything on this page comes from one run of `bench/run` (the "
         "`make bench` target); to reproduce it, see [How to run](#how-to-run).",
         "**This run**: %s, %s mode, %d repetitions, took %.0f minutes. Machine: %s."
@@ -680,6 +716,12 @@ def docs_page(data, charts, prefix, memtime=""):
         parts.append(charts_md(charts, prefix, ref))
     parts += [
         "### Summary (geometric means)", summary_table(data),
+    ]
+    h = hardened_table(data)
+    if h:
+        parts += [
+            "### Hardened builds against their own release builds", HARDENED_NOTE, h]
+    parts += [
         "### Time relative to %s" % ref,
         "The %s column is the absolute median (wall time, or the workload's own throughput)." % ref,
         ratio_table(data, "time"),
