@@ -244,6 +244,52 @@ static sm_segment_t *segment_cache_pop(size_t start, size_t min_units, size_t ma
   return NULL;
 }
 
+/* take the cached entry that starts at `at`, if its memory is resident and it has at least
+ * `units` segments */
+static sm_segment_t *segment_cache_take_at(const void *at, size_t units) {
+  if (atomic_load_explicit(&segment_cache_resident, memory_order_relaxed) == 0) return NULL;
+  for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
+    uintptr_t entry = atomic_load_explicit(&segment_cache[i], memory_order_relaxed);
+    if ((entry & ~(uintptr_t)SM_SEGMENT_MASK) != (uintptr_t)at) continue;
+    if (!(entry & SM_CACHE_RESIDENT) || (entry & SM_CACHE_UNITS_MASK) < units ||
+        !atomic_compare_exchange_strong_explicit(&segment_cache[i], &entry, 0, memory_order_acquire, memory_order_relaxed))
+      return NULL;
+    cache_count_taken(entry);
+    smi_stat_inc(SM_STAT_SEGMENT_CACHE_HIT);
+    return (sm_segment_t *)at;
+  }
+  return NULL;
+}
+
+/* take the cached mapping that fits `units` segments best: the smallest resident one, else the
+ * smallest one (huge blocks: a larger one is split, so size classes of mappings do not matter) */
+static sm_segment_t *segment_cache_pop_fit(size_t units) {
+  for (int attempt = 0; attempt < 4; attempt++) {
+    if (atomic_load_explicit(&segment_cache_count, memory_order_relaxed) == 0) return NULL;
+    size_t best = SM_CACHE_SLOTS;
+    uintptr_t best_entry = 0;
+    for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
+      uintptr_t entry = atomic_load_explicit(&segment_cache[i], memory_order_relaxed);
+      size_t n = entry & SM_CACHE_UNITS_MASK;
+      if (entry == 0 || n < units) continue;
+      bool better = best_entry == 0 || ((entry & SM_CACHE_RESIDENT) > (best_entry & SM_CACHE_RESIDENT)) ||
+                    ((entry & SM_CACHE_RESIDENT) == (best_entry & SM_CACHE_RESIDENT) && n < (best_entry & SM_CACHE_UNITS_MASK));
+      if (better) {
+        best = i;
+        best_entry = entry;
+      }
+    }
+    if (best_entry == 0) return NULL;
+    if (atomic_compare_exchange_strong_explicit(&segment_cache[best], &best_entry, 0, memory_order_acquire,
+                                                memory_order_relaxed)) {
+      cache_count_taken(best_entry);
+      smi_stat_inc(SM_STAT_SEGMENT_CACHE_HIT);
+      return (sm_segment_t *)(best_entry & ~(uintptr_t)SM_SEGMENT_MASK);
+    }
+  }
+  return NULL;
+}
+
 /* Purge (or unmap) cached mappings whose delay has passed (now = UINT64_MAX: all of them); with
  * force, unmap them all. */
 static void segment_cache_sweep(uint64_t now, bool force) {
@@ -478,6 +524,35 @@ static void segment_init_header(sm_segment_t *segment, sm_segment_kind_t kind, s
     atomic_store_explicit(&page->thread_free, smi_tf_make(NULL, SM_DELAY_NEVER), memory_order_relaxed);
   }
   atomic_store_explicit(&segment->thread_id, thread_id, memory_order_release);
+}
+
+/* A cached mapping larger than a huge block needs: the part past `keep` (a segment boundary)
+ * becomes a cache entry of its own, its memory still resident, or goes back to the OS. */
+static void segment_cache_split(sm_segment_t *segment, size_t keep) {
+  sm_segment_t *tail = (sm_segment_t *)((uint8_t *)segment + keep);
+  size_t tail_size = segment->map_size - keep;
+  bool resident = !segment->purged;
+  uint64_t purge_at = segment->purge_at;
+  uintptr_t cached_by = segment->cached_by;
+  segment->map_size = keep;
+#if SM_SECURE
+  smi_os_protect((uint8_t *)segment + keep - SM_GUARD_SIZE, SM_GUARD_SIZE); /* the block's end guard */
+#endif
+  if (!resident) {
+    smi_mem_free(tail, tail_size, 0);
+    return;
+  }
+  memset(tail, 0, sizeof(*tail));
+  tail->kind = SM_SEGMENT_HUGE;
+  tail->map_start = (uint8_t *)tail;
+  tail->size = tail->map_size = tail_size;
+  tail->purge_at = purge_at;
+  tail->cached_by = cached_by;
+  segment_map_set(tail, true); /* cached segments stay registered, as a segment taken from here expects */
+#if SM_SECURE
+  smi_os_protect((uint8_t *)tail + SM_SECURE_HEADER_SIZE, SM_GUARD_SIZE); /* the tail's header guard */
+#endif
+  if (!segment_cache_push(tail)) smi_mem_free(tail, tail_size, 0);
 }
 
 static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
@@ -773,11 +848,11 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
     size_t units = map_size >> SM_SEGMENT_SHIFT;
     /* a cached mapping up to half again as large will do: its tail is given back, so the usable
      * size stays what sm_good_size says, and the pages kept need no new page faults */
-    segment = segment_cache_pop(units, units, units + units / 2);
+    segment = segment_cache_pop_fit(units);
     if (segment != NULL) {
       mem_zero = segment->purged;
       smi_mem_unpurged(segment->purged_bytes);
-      if (segment->map_size > map_size) smi_mem_free((uint8_t *)segment + map_size, segment->map_size - map_size, 0);
+      if (segment->map_size > map_size) segment_cache_split(segment, map_size);
     }
   }
   if (segment == NULL) {
@@ -818,6 +893,21 @@ void *smi_huge_remap(sm_segment_t *segment, size_t newsize) {
   size_t map_size = smi_align_up(offset + newsize, SM_SEGMENT_SIZE);
   if (map_size < newsize || newsize > SM_MAX_ALLOC_SIZE) return NULL;
   size_t old_size = segment->map_size;
+  sm_segment_t *next = (sm_segment_t *)((uint8_t *)segment + old_size), *taken = NULL;
+  /* the mapping right after it waits in the cache, resident: grow into it, no system call and
+   * no page faults (mmap places new mappings below older ones, so a freed older block is often
+   * right there). Plain OS memory only: the two are then unmapped together. */
+  if (map_size > old_size && !smi_arena_contains(segment) && !smi_arena_contains(next) &&
+      !smi_mem_is_pinned(segment) && !smi_mem_is_pinned(next))
+    taken = segment_cache_take_at(next, (map_size - old_size) >> SM_SEGMENT_SHIFT);
+  if (taken != NULL) {
+    if (taken->map_size > map_size - old_size) segment_cache_split(taken, map_size - old_size);
+    segment_map_set(taken, false);
+    segment->size = segment->map_size = map_size;
+    segment->pages[0].block_size = map_size - offset;
+    smi_count_add(SM_COUNT_HUGE, (int64_t)map_size - (int64_t)old_size);
+    return smi_page_start(&segment->pages[0]);
+  }
   segment_map_set(segment, false);
   sm_segment_t *moved = smi_mem_remap(segment, old_size, map_size, SM_SEGMENT_SIZE);
   if (moved == NULL) {

@@ -30,6 +30,10 @@
  *   cached-reuse   SHARDMALLOC_PURGE_DELAY=100: a resident cached segment (a freed 3 MiB block)
  *                  taken for a few small blocks: the pages those do not use are purged after the
  *                  delay like any other unused page;
+ *   huge-split     SHARDMALLOC_PURGE_DELAY=60000: a freed 15 MiB block's cached 16 MiB mapping is
+ *                  split for a 3, a 7 and a 2.5 MiB block (best fit, front first), which reuse
+ *                  its resident pages without page faults; a block grown by realloc into the
+ *                  resident cached mapping right after it stays in place, again without faults;
  *   idle-race      an owner that sleeps for 0-250 ms while another thread frees most of its blocks
  *                  and then wakes up and allocates, 40 times: the purger takes its emptied pages
  *                  in between (or while it wakes), and no block it kept loses its contents.
@@ -774,6 +778,61 @@ static void case_cached_reuse(void) {
   }
 }
 
+/* ---------------------------------------------------------------- huge-split */
+static void case_huge_split(void) {
+  SECTION("a freed 15 MiB block's cached mapping serves a 3, a 7 and a 2.5 MiB block, without page faults") {
+    uint8_t *big = malloc(15 * MiB); /* a 16 MiB mapping */
+    if (big == NULL) abort();
+    memset(big, 0x41, 15 * MiB);
+    uintptr_t seg = (uintptr_t)big & ~(uintptr_t)(4 * MiB - 1);
+    free(big); /* to the segment cache, resident */
+    long f0 = minor_faults();
+    static const size_t sizes[3] = {3 * MiB, 7 * MiB, 5 * MiB / 2};
+    static const uintptr_t offsets[3] = {0, 4 * MiB, 12 * MiB}; /* best fit: each takes the front of what is left */
+    uint8_t *p[3];
+    for (int i = 0; i < 3; i++) {
+      p[i] = malloc(sizes[i]);
+      if (p[i] == NULL) abort();
+      memset(p[i], 0x50 + i, sizes[i]);
+      uintptr_t at = (uintptr_t)p[i] & ~(uintptr_t)(4 * MiB - 1);
+      printf("      %zu KiB block at mapping offset %+ld MiB\n", sizes[i] / KiB, ((long)at - (long)seg) / (long)MiB);
+      CHECK(at == seg + offsets[i], "expected the %zu KiB block in the freed mapping at +%lu MiB, got %p", sizes[i] / KiB,
+            (unsigned long)(offsets[i] / MiB), (void *)p[i]);
+    }
+    long faults = minor_faults() - f0;
+    printf("      page faults while writing the three blocks (3,200 pages): %ld\n", faults);
+    CHECK(faults < 320, "expected the blocks to reuse the resident mapping (under 320 faults), seen %ld", faults);
+    for (int i = 0; i < 3; i++) {
+      CHECK(p[i][0] == 0x50 + i && p[i][sizes[i] - 1] == 0x50 + i, "block %d holds what was written", i);
+      free(p[i]);
+    }
+  }
+  SECTION("realloc grows a huge block into the resident cached mapping right after it, in place") {
+    sm_collect(true); /* an empty cache: what the section before left there would fit too */
+    uint8_t *big = malloc(15 * MiB);
+    if (big == NULL) abort();
+    memset(big, 0x41, 15 * MiB);
+    uintptr_t seg = (uintptr_t)big & ~(uintptr_t)(4 * MiB - 1);
+    free(big);
+    uint8_t *p = malloc(3 * MiB); /* the first 4 MiB; the next 12 MiB wait in the cache */
+    if (p == NULL) abort();
+    CHECK(((uintptr_t)p & ~(uintptr_t)(4 * MiB - 1)) == seg, "expected the 3 MiB block at the start of the freed mapping");
+    memset(p, 0x61, 3 * MiB);
+    long f0 = minor_faults();
+    uint8_t *q = realloc(p, 10 * MiB);
+    if (q == NULL) abort();
+    memset(q + 3 * MiB, 0x62, 7 * MiB);
+    long faults = minor_faults() - f0;
+    printf("      3 MiB block at +%ld MiB grown to 10 MiB: %s, %ld page faults writing the new 7 MiB (1,792 pages)\n",
+           (long)((uintptr_t)p - seg) / (long)MiB, q == p ? "in place" : "moved", faults);
+    CHECK(q == p, "expected the block to grow in place into the cached mapping after it, it moved from %p to %p", (void *)p,
+          (void *)q);
+    CHECK(faults < 180, "expected the new part to be the cached mapping's resident memory (under 180 faults), seen %ld", faults);
+    CHECK(q[0] == 0x61 && q[3 * MiB - 1] == 0x61 && q[10 * MiB - 1] == 0x62, "the block holds what was written");
+    free(q);
+  }
+}
+
 /* ---------------------------------------------------------------- idle-race */
 enum { RACE_ROUNDS = 40, RACE_BLOCKS = 20000, RACE_KEPT = RACE_BLOCKS / 8 };
 static void **race_given; /* A's blocks for B to free, one round's worth */
@@ -963,6 +1022,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "adaptive")) case_adaptive();
   else if (!strcmp(c, "kind-switch")) case_kind_switch();
   else if (!strcmp(c, "cached-reuse")) case_cached_reuse();
+  else if (!strcmp(c, "huge-split")) case_huge_split();
   else if (!strcmp(c, "span-rest")) case_span_rest();
   else if (!strcmp(c, "sparse-trim")) case_sparse_trim();
   else if (!strcmp(c, "resident-first")) case_resident_first();

@@ -2,7 +2,8 @@
  * process with libshardmalloc-secure preloaded:
  *   - guard pages: a write to the guard page after a segment header, at the end of a small
  *     segment, and at the end of a huge block's mapping dies with SIGSEGV (a write to the last
- *     usable byte before it does not);
+ *     usable byte before it does not), also for the two parts of a cached mapping split for two
+ *     smaller huge blocks;
  *   - SHARDMALLOC_QUARANTINE=8: a freed block is not handed out by the next 8 mallocs of its size;
  *   - SHARDMALLOC_ZERO_ON_FREE=1: a freed block reads 0 past its first word right after free;
  *   - sized free with a wrong size (free_sized, C++ sized operator delete) is reported and ignored
@@ -104,6 +105,27 @@ static int child(const char *c) {
     poke(guard, "the guard page at the end of the huge block");
     return 0;
   }
+  if (!strcmp(c, "guard-huge-split-end") || !strcmp(c, "guard-huge-split-tail")) {
+    /* SHARDMALLOC_PURGE_DELAY=60000: a freed 15 MiB block's 16 MiB mapping waits in the cache,
+     * resident; a 3 MiB block takes its first 4 MiB and a 7 MiB block the next 8 MiB. Each part
+     * must have its guards: at the end of the first, after the header of the second. */
+    char *big = malloc(15 * MiB);
+    memset(big, 1, 15 * MiB);
+    uintptr_t seg = ((uintptr_t)big - 1) & ~(SEG_SIZE - 1);
+    free(big);
+    char *p = malloc(3 * MiB), *q = malloc(7 * MiB);
+    uintptr_t p_seg = ((uintptr_t)p - 1) & ~(SEG_SIZE - 1), q_seg = ((uintptr_t)q - 1) & ~(SEG_SIZE - 1);
+    fprintf(stderr, "child: freed mapping %#lx, 3 MiB block %p, 7 MiB block %p\n", (unsigned long)seg, (void *)p, (void *)q);
+    if (p_seg != seg || q_seg != seg + SEG_SIZE) {
+      fprintf(stderr, "child: the blocks did not take the cached mapping's parts\n");
+      return 3;
+    }
+    memset(p, 2, 3 * MiB);
+    memset(q, 3, 7 * MiB);
+    if (!strcmp(c, "guard-huge-split-end")) poke(seg + SEG_SIZE - 4096, "the guard page at the end of the first part");
+    else poke(q_seg + 8192 + 100, "the guard page after the second part's header");
+    return 0;
+  }
   if (!strcmp(c, "quarantine")) { /* run with SHARDMALLOC_QUARANTINE=8 (or not, as a control) */
     enum { K = 8 };
     void *keep[2000];
@@ -189,11 +211,11 @@ static int child(const char *c) {
   return 99;
 }
 
-static void expect_segv(const char *c) {
+static void expect_segv(const char *c, const char *opt) {
   child_result_t r;
   char pre[4096];
   snprintf(pre, sizeof pre, "LD_PRELOAD=%s", secure_lib);
-  char *env[] = {pre, NULL};
+  char *env[] = {pre, (char *)opt, NULL};
   char *args[] = {(char *)c, NULL};
   run_child(&r, env, args, 30);
   printf("      %s: %s\n", c, child_how(&r));
@@ -241,10 +263,14 @@ int main(int argc, char **argv) {
   release_lib = argv[2];
   child_result_t r;
 
-  SECTION("guard page after a segment header: write dies with SIGSEGV") expect_segv("guard-header");
-  SECTION("guard page at the end of a small segment: SIGSEGV") expect_segv("guard-segment-end");
+  SECTION("guard page after a segment header: write dies with SIGSEGV") expect_segv("guard-header", NULL);
+  SECTION("guard page at the end of a small segment: SIGSEGV") expect_segv("guard-segment-end", NULL);
   SECTION("guard page at the end of a 3 MiB huge block's mapping: SIGSEGV") {
-    expect_segv("guard-huge");
+    expect_segv("guard-huge", NULL);
+  }
+  SECTION("a cached 16 MiB mapping split for a 3 MiB and a 7 MiB block: both parts keep their guards") {
+    expect_segv("guard-huge-split-end", "SHARDMALLOC_PURGE_DELAY=60000");
+    expect_segv("guard-huge-split-tail", "SHARDMALLOC_PURGE_DELAY=60000");
   }
 
   SECTION("SHARDMALLOC_QUARANTINE=8: freed block not reused by the next 8 mallocs") {
