@@ -846,8 +846,8 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
   bool mem_zero = true;
   if (align == SM_SEGMENT_SIZE) {
     size_t units = map_size >> SM_SEGMENT_SHIFT;
-    /* a cached mapping up to half again as large will do: its tail is given back, so the usable
-     * size stays what sm_good_size says, and the pages kept need no new page faults */
+    /* the best-fitting cached mapping; a larger one is split and its rest stays cached, so the
+     * usable size stays what sm_good_size says, and resident pages need no new page faults */
     segment = segment_cache_pop_fit(units);
     if (segment != NULL) {
       mem_zero = segment->purged;
