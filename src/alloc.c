@@ -365,12 +365,18 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
     return q;
   }
 #endif
-  if (!SM_CHECK_FREES && alignment == 0 && newsize > usable && newsize > SM_LARGE_OBJ_MAX) {
+  if (!SM_TRACK && alignment == 0 && newsize > usable && newsize > SM_LARGE_OBJ_MAX) {
+#if SM_CHECK_FREES
+    if (!smi_block_is_live(p)) return NULL; /* reported; the bad call is ignored */
+#endif
     sm_segment_t *segment = smi_ptr_segment(p);
     if (segment->kind == SM_SEGMENT_HUGE && p == smi_page_start(&segment->pages[0])) {
-      void *q = smi_huge_remap(segment, newsize); /* a huge block grows by moving pages, not bytes */
+      uint8_t *q = smi_huge_remap(segment, padded(newsize)); /* a huge block grows by moving pages, not bytes */
       if (q != NULL) {
-        if (zero) memset((uint8_t *)q + usable, 0, smi_usable_size(q) - usable);
+#if SM_CHECK_FREES
+        sm_expand(q, newsize); /* the padding for the new size */
+#endif
+        if (zero) memset(q + usable, 0, smi_usable_size(q) - usable);
         return q;
       }
     }

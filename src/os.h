@@ -16,6 +16,8 @@ void smi_os_free(void *p, size_t size);
 /* Move the mapping [p, p+old_size) to a new one of new_size bytes, aligned to `alignment`,
  * without copying (page tables move); the old range is gone. NULL (and p intact) on failure. */
 void *smi_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment);
+/* move the mapping [p, p+old_size) over [target, target+new_size) (mapped by the caller), growing it */
+bool smi_os_move(void *p, size_t old_size, size_t new_size, void *target);
 /* Give the physical memory of [p, p+size) back; the range stays mapped. With decommit the
  * memory reads as zero afterwards (MADV_DONTNEED), otherwise it may keep its contents until the
  * kernel reclaims it (MADV_FREE). Returns true iff the range now reads as zero. */

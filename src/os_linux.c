@@ -149,6 +149,13 @@ void *smi_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t ali
   return result;
 }
 
+bool smi_os_move(void *p, size_t old_size, size_t new_size, void *target) {
+  int saved = errno;
+  bool moved = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target) != MAP_FAILED;
+  errno = saved;
+  return moved;
+}
+
 void smi_os_free(void *p, size_t size) {
   int saved = errno;
   if (munmap(p, size) == 0) os_set_pinned(p, size, false);

@@ -883,46 +883,72 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
   return smi_page_start(page);
 }
 
-/* Grow a huge block by moving its pages (no copy). Only for plain huge segments in builds without
- * guard pages. Returns the block's new address, or NULL (block untouched). */
+#if SM_SECURE
+/* The secure build's guard pages split a huge mapping into several, and mremap moves only one at
+ * a time: the block's pages move into a new reservation, the header is copied, the guards are set
+ * there anew, and what is left of the old mapping (header, guards) is unmapped. */
+static sm_segment_t *huge_move_guarded(sm_segment_t *segment, size_t offset, size_t old_size, size_t map_size) {
+  if (smi_arena_contains(segment) || smi_mem_is_pinned(segment)) return NULL;
+  uint8_t *target = smi_mem_alloc(map_size, SM_SEGMENT_SIZE, 0);
+  if (target == NULL) return NULL;
+  if (smi_arena_contains(target) || !smi_os_move((uint8_t *)segment + offset, old_size - offset - SM_GUARD_SIZE,
+                                                 map_size - offset - SM_GUARD_SIZE, target + offset)) {
+    smi_mem_free(target, map_size, 0);
+    return NULL;
+  }
+  memcpy(target, segment, SM_SECURE_HEADER_SIZE);
+  segment_protect((sm_segment_t *)target, map_size);
+  smi_mem_free(segment, old_size, 0);
+  return (sm_segment_t *)target;
+}
+#endif
+
+/* Grow a huge block without copying it: into the resident cached mapping right after it, or by
+ * moving its pages (mremap). Only plain huge segments. Returns the block's new address, or NULL
+ * (block untouched). */
 void *smi_huge_remap(sm_segment_t *segment, size_t newsize) {
-  if (SM_GUARD_SIZE != 0 || segment->kind != SM_SEGMENT_HUGE || (uint8_t *)segment != segment->map_start ||
+  if (segment->kind != SM_SEGMENT_HUGE || (uint8_t *)segment != segment->map_start ||
       smi_page_heap(&segment->pages[0]) != NULL) /* a heap's list points at it: copy instead */
     return NULL;
   size_t offset = (size_t)(smi_page_start(&segment->pages[0]) - (uint8_t *)segment);
-  size_t map_size = smi_align_up(offset + newsize, SM_SEGMENT_SIZE);
+  size_t map_size = smi_align_up(offset + newsize + SM_GUARD_SIZE, SM_SEGMENT_SIZE);
   if (map_size < newsize || newsize > SM_MAX_ALLOC_SIZE) return NULL;
   size_t old_size = segment->map_size;
   sm_segment_t *next = (sm_segment_t *)((uint8_t *)segment + old_size), *taken = NULL;
-  /* the mapping right after it waits in the cache, resident: grow into it, no system call and
-   * no page faults (mmap places new mappings below older ones, so a freed older block is often
+  /* the mapping right after it waits in the cache, resident: grow into it, no page faults and
+   * no remapping (mmap places new mappings below older ones, so a freed older block is often
    * right there). Plain OS memory only: the two are then unmapped together. */
   if (map_size > old_size && !smi_arena_contains(segment) && !smi_arena_contains(next) &&
       !smi_mem_is_pinned(segment) && !smi_mem_is_pinned(next))
     taken = segment_cache_take_at(next, (map_size - old_size) >> SM_SEGMENT_SHIFT);
+  sm_segment_t *moved = segment;
   if (taken != NULL) {
     if (taken->map_size > map_size - old_size) segment_cache_split(taken, map_size - old_size);
     segment_map_set(taken, false);
-    segment->size = segment->map_size = map_size;
-    segment->pages[0].block_size = map_size - offset;
-    smi_count_add(SM_COUNT_HUGE, (int64_t)map_size - (int64_t)old_size);
-    return smi_page_start(&segment->pages[0]);
-  }
-  segment_map_set(segment, false);
-  sm_segment_t *moved = smi_mem_remap(segment, old_size, map_size, SM_SEGMENT_SIZE);
-  if (moved == NULL) {
-    segment_map_set(segment, true);
-    return NULL;
+#if SM_SECURE /* the block's old end guard and the taken part's header guard are inside it now */
+    smi_os_unprotect((uint8_t *)segment + old_size - SM_GUARD_SIZE, SM_GUARD_SIZE);
+    smi_os_unprotect((uint8_t *)taken + SM_SECURE_HEADER_SIZE, SM_GUARD_SIZE);
+#endif
+  } else {
+    segment_map_set(segment, false);
+#if SM_SECURE
+    moved = huge_move_guarded(segment, offset, old_size, map_size);
+#else
+    moved = smi_mem_remap(segment, old_size, map_size, SM_SEGMENT_SIZE);
+#endif
+    if (moved == NULL) {
+      segment_map_set(segment, true);
+      return NULL;
+    }
+    moved->map_start = (uint8_t *)moved;
+    moved->cookie = (uintptr_t)moved ^ smi_process_secret;
+    smi_page_set_start(&moved->pages[0], (uint8_t *)moved + offset);
+    segment_map_set(moved, true);
   }
   moved->size = moved->map_size = map_size;
-  moved->map_start = (uint8_t *)moved;
-  moved->cookie = (uintptr_t)moved ^ smi_process_secret;
-  sm_page_t *page = &moved->pages[0];
-  smi_page_set_start(page, (uint8_t *)moved + offset);
-  page->block_size = map_size - offset;
-  segment_map_set(moved, true);
+  moved->pages[0].block_size = map_size - offset - SM_GUARD_SIZE;
   smi_count_add(SM_COUNT_HUGE, (int64_t)map_size - (int64_t)old_size);
-  return smi_page_start(page);
+  return smi_page_start(&moved->pages[0]);
 }
 
 void smi_huge_free(sm_segment_t *segment) {

@@ -3,7 +3,8 @@
  *   - guard pages: a write to the guard page after a segment header, at the end of a small
  *     segment, and at the end of a huge block's mapping dies with SIGSEGV (a write to the last
  *     usable byte before it does not), also for the two parts of a cached mapping split for two
- *     smaller huge blocks;
+ *     smaller huge blocks, and for a huge block grown by realloc (its pages moved, not copied);
+ *   - realloc of a freed huge block to a larger size is reported and returns NULL;
  *   - SHARDMALLOC_QUARANTINE=8: a freed block is not handed out by the next 8 mallocs of its size;
  *   - SHARDMALLOC_ZERO_ON_FREE=1: a freed block reads 0 past its first word right after free;
  *   - sized free with a wrong size (free_sized, C++ sized operator delete) is reported and ignored
@@ -124,6 +125,31 @@ static int child(const char *c) {
     memset(q, 3, 7 * MiB);
     if (!strcmp(c, "guard-huge-split-end")) poke(seg + SEG_SIZE - 4096, "the guard page at the end of the first part");
     else poke(q_seg + 8192 + 100, "the guard page after the second part's header");
+    return 0;
+  }
+  if (!strcmp(c, "guard-huge-realloc")) {
+    /* a huge block grown by realloc moves its pages into a new mapping (no copy): the contents
+     * stay, and the new mapping has its guards */
+    size_t (*usable)(const void *) = (size_t (*)(const void *))sym("sm_usable_size");
+    char *p = malloc(5 * MiB);
+    fill_pattern(p, 5 * MiB, 3);
+    char *q = realloc(p, 13 * MiB);
+    if (q == NULL || verify_pattern(q, 5 * MiB, 3) != (size_t)-1) {
+      fprintf(stderr, "child: realloc lost the block's contents\n");
+      return 3;
+    }
+    size_t u = usable(q);
+    memset(q, 0x5A, u);
+    uintptr_t end = ((uintptr_t)q + u + 8 + 4096 + SEG_SIZE - 1) & ~(SEG_SIZE - 1);
+    fprintf(stderr, "child: 5 MiB block %p grown to 13 MiB at %p, usable %zu\n", (void *)p, (void *)q, u);
+    poke(end - 4096, "the guard page at the end of the grown block's mapping");
+    return 0;
+  }
+  if (!strcmp(c, "realloc-freed-huge")) { /* SHARDMALLOC_ABORT_ON_ERROR=0 */
+    char *p = malloc(5 * MiB);
+    free(p);
+    char *q = realloc(opaque_ptr(p), 13 * MiB);
+    printf("child: realloc of the freed block returned %s\n", q == NULL ? "NULL" : "a block");
     return 0;
   }
   if (!strcmp(c, "quarantine")) { /* run with SHARDMALLOC_QUARANTINE=8 (or not, as a control) */
@@ -271,6 +297,16 @@ int main(int argc, char **argv) {
   SECTION("a cached 16 MiB mapping split for a 3 MiB and a 7 MiB block: both parts keep their guards") {
     expect_segv("guard-huge-split-end", "SHARDMALLOC_PURGE_DELAY=60000");
     expect_segv("guard-huge-split-tail", "SHARDMALLOC_PURGE_DELAY=60000");
+  }
+
+  SECTION("a huge block grown by realloc keeps its contents and its end guard: SIGSEGV") {
+    expect_segv("guard-huge-realloc", NULL);
+  }
+  SECTION("realloc of a freed huge block to a larger size: reported, NULL (ABORT_ON_ERROR=0)") {
+    run_secure(&r, "realloc-freed-huge", "SHARDMALLOC_ABORT_ON_ERROR=0", NULL);
+    CHECK(child_exited(&r, 0), "expected exit 0, seen %s; output:%s", child_how(&r), child_output(&r));
+    CHECK(child_says(&r, "shardmalloc: error:"), "expected a report on stderr; output:%s", child_output(&r));
+    CHECK(child_says(&r, "returned NULL"), "expected realloc to return NULL; output:%s", child_output(&r));
   }
 
   SECTION("SHARDMALLOC_QUARANTINE=8: freed block not reused by the next 8 mallocs") {
