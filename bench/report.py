@@ -184,6 +184,12 @@ def summary_table(data):
 HARDENED = [("shardmalloc-secure", "shardmalloc"), ("mimalloc-secure", "mimalloc")]
 
 
+MIMALLOC_SECURE_NOTE = ("mimalloc-secure is built once per mimalloc version into `build/bench/peers/`: Debian's "
+                        "source package of the installed `libmimalloc2.0` is fetched with `apt-get source` "
+                        "through a private list directory (the system's apt configuration is not changed), then "
+                        "configured with `MI_SECURE=ON` and the flags of Debian's own build; `--quick` runs leave "
+                        "it out unless `--allocators` names it.")
+
 HARDENED_NOTE = ("What each allocator's hardening costs, from the same run. mimalloc-secure is mimalloc built by "
                  "`bench/run` from Debian's source package of the installed version with `MI_SECURE=ON` (its "
                  "full level: guard pages, encoded free lists, randomised allocation, double-free checks; no "
@@ -801,6 +807,6 @@ def docs_page(data, charts, prefix, memtime=""):
         "and programs (`redis-server`, `redis-tools`, `sqlite3`, `z3`) are installed with apt-get when run as "
         "root; matplotlib for the charts goes into a virtualenv under `build/bench/`. Workloads are compiled "
         "with `cc -O2` into `build/bench/bin`. Each run writes `bench/results/<timestamp>/` with results.json, "
-        "results.csv, report.md and the charts.",
+        "results.csv, report.md and the charts. " + MIMALLOC_SECURE_NOTE,
     ]
     return "\n\n".join(parts) + "\n"
