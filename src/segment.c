@@ -222,24 +222,36 @@ static bool segment_cache_push(sm_segment_t *segment) {
   return false;
 }
 
-/* take a cached mapping of min_units..max_units segments; one whose memory is still resident
- * first (a purged one costs its page faults again) */
+/* take the entry out of its slot (one CAS); false if it changed meanwhile */
+static bool cache_take(_Atomic(uintptr_t) *slot, uintptr_t entry) {
+  if (!atomic_compare_exchange_strong_explicit(slot, &entry, 0, memory_order_acquire, memory_order_relaxed)) return false;
+  cache_count_taken(entry);
+  smi_stat_inc(SM_STAT_SEGMENT_CACHE_HIT);
+  return true;
+}
+
+/* take the cached mapping of min_units..max_units segments that fits best: the smallest one whose
+ * memory is still resident, else the smallest one (a purged one costs its page faults again).
+ * The scan starts at `start`, so threads looking for the same size spread over equal entries. */
 static sm_segment_t *segment_cache_pop(size_t start, size_t min_units, size_t max_units) {
-  if (atomic_load_explicit(&segment_cache_count, memory_order_relaxed) == 0) return NULL;
-  bool any_resident = atomic_load_explicit(&segment_cache_resident, memory_order_relaxed) > 0;
-  for (int pass = any_resident ? 0 : 1; pass < 2; pass++) {
+  for (int attempt = 0; attempt < 4; attempt++) {
+    if (atomic_load_explicit(&segment_cache_count, memory_order_relaxed) == 0) return NULL;
+    _Atomic(uintptr_t) *best = NULL;
+    uintptr_t best_entry = 0;
     for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
       _Atomic(uintptr_t) *slot = &segment_cache[(start + i) % SM_CACHE_SLOTS];
       uintptr_t entry = atomic_load_explicit(slot, memory_order_relaxed);
       size_t units = entry & SM_CACHE_UNITS_MASK;
-      if (entry == 0 || units < min_units || units > max_units || (pass == 0 && !(entry & SM_CACHE_RESIDENT)))
-        continue;
-      if (atomic_compare_exchange_strong_explicit(slot, &entry, 0, memory_order_acquire, memory_order_relaxed)) {
-        cache_count_taken(entry);
-        smi_stat_inc(SM_STAT_SEGMENT_CACHE_HIT);
-        return (sm_segment_t *)(entry & ~(uintptr_t)SM_SEGMENT_MASK);
+      if (entry == 0 || units < min_units || units > max_units) continue;
+      uintptr_t resident = entry & SM_CACHE_RESIDENT, best_resident = best_entry & SM_CACHE_RESIDENT;
+      if (best == NULL || resident > best_resident ||
+          (resident == best_resident && units < (best_entry & SM_CACHE_UNITS_MASK))) {
+        best = slot;
+        best_entry = entry;
       }
     }
+    if (best == NULL) return NULL;
+    if (cache_take(best, best_entry)) return (sm_segment_t *)(best_entry & ~(uintptr_t)SM_SEGMENT_MASK);
   }
   return NULL;
 }
@@ -251,41 +263,8 @@ static sm_segment_t *segment_cache_take_at(const void *at, size_t units) {
   for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
     uintptr_t entry = atomic_load_explicit(&segment_cache[i], memory_order_relaxed);
     if ((entry & ~(uintptr_t)SM_SEGMENT_MASK) != (uintptr_t)at) continue;
-    if (!(entry & SM_CACHE_RESIDENT) || (entry & SM_CACHE_UNITS_MASK) < units ||
-        !atomic_compare_exchange_strong_explicit(&segment_cache[i], &entry, 0, memory_order_acquire, memory_order_relaxed))
-      return NULL;
-    cache_count_taken(entry);
-    smi_stat_inc(SM_STAT_SEGMENT_CACHE_HIT);
-    return (sm_segment_t *)at;
-  }
-  return NULL;
-}
-
-/* take the cached mapping that fits `units` segments best: the smallest resident one, else the
- * smallest one (huge blocks: a larger one is split, so size classes of mappings do not matter) */
-static sm_segment_t *segment_cache_pop_fit(size_t units) {
-  for (int attempt = 0; attempt < 4; attempt++) {
-    if (atomic_load_explicit(&segment_cache_count, memory_order_relaxed) == 0) return NULL;
-    size_t best = SM_CACHE_SLOTS;
-    uintptr_t best_entry = 0;
-    for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
-      uintptr_t entry = atomic_load_explicit(&segment_cache[i], memory_order_relaxed);
-      size_t n = entry & SM_CACHE_UNITS_MASK;
-      if (entry == 0 || n < units) continue;
-      bool better = best_entry == 0 || ((entry & SM_CACHE_RESIDENT) > (best_entry & SM_CACHE_RESIDENT)) ||
-                    ((entry & SM_CACHE_RESIDENT) == (best_entry & SM_CACHE_RESIDENT) && n < (best_entry & SM_CACHE_UNITS_MASK));
-      if (better) {
-        best = i;
-        best_entry = entry;
-      }
-    }
-    if (best_entry == 0) return NULL;
-    if (atomic_compare_exchange_strong_explicit(&segment_cache[best], &best_entry, 0, memory_order_acquire,
-                                                memory_order_relaxed)) {
-      cache_count_taken(best_entry);
-      smi_stat_inc(SM_STAT_SEGMENT_CACHE_HIT);
-      return (sm_segment_t *)(best_entry & ~(uintptr_t)SM_SEGMENT_MASK);
-    }
+    bool fits = (entry & SM_CACHE_RESIDENT) && (entry & SM_CACHE_UNITS_MASK) >= units;
+    return fits && cache_take(&segment_cache[i], entry) ? (sm_segment_t *)at : NULL;
   }
   return NULL;
 }
@@ -848,7 +827,7 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
     size_t units = map_size >> SM_SEGMENT_SHIFT;
     /* the best-fitting cached mapping; a larger one is split and its rest stays cached, so the
      * usable size stays what sm_good_size says, and resident pages need no new page faults */
-    segment = segment_cache_pop_fit(units);
+    segment = segment_cache_pop(units, units, SIZE_MAX);
     if (segment != NULL) {
       mem_zero = segment->purged;
       smi_mem_unpurged(segment->purged_bytes);
