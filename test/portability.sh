@@ -4,7 +4,8 @@
 #   aarch64 (Debian's cross compiler aarch64-linux-gnu-gcc): compiled only (nothing here runs it);
 #   musl (musl-gcc): compiled, then test-static.c linked with it into a fully static executable and
 #   run (malloc replaced in musl's libc too, threads included).
-# A compiler that is not installed is skipped with a message; with neither, the test is skipped.
+# A compiler that is not installed, or cannot find its C headers, is skipped with a message; with
+# neither, the test is skipped.
 # usage: portability.sh SOURCE-DIR WORK-DIR
 set -u
 src=$1 work=$2
@@ -14,6 +15,11 @@ fail() { failures=$((failures + 1)); echo "FAIL  $1"; }
 for cc in aarch64-linux-gnu-gcc musl-gcc; do
   if ! command -v "$cc" >/dev/null 2>&1; then
     echo "skip  $cc: not installed (Debian: gcc-aarch64-linux-gnu, musl-tools)"
+    continue
+  fi
+  # a cross compiler without its C library's headers (Debian only recommends libc6-dev-arm64-cross)
+  if ! echo '#include <stdint.h>' | "$cc" -std=c11 -fsyntax-only -x c - >/dev/null 2>&1; then
+    echo "skip  $cc: cannot compile <stdint.h>: its C library headers are missing (Debian: libc6-dev-arm64-cross)"
     continue
   fi
   ran=1
@@ -50,7 +56,7 @@ for cc in aarch64-linux-gnu-gcc musl-gcc; do
   fi
 done
 if [ $ran = 0 ]; then
-  echo "portability: SKIP: neither aarch64-linux-gnu-gcc nor musl-gcc is installed"
+  echo "portability: SKIP: neither aarch64-linux-gnu-gcc nor musl-gcc is usable"
   exit 77
 fi
 if [ $failures -gt 0 ]; then
