@@ -11,7 +11,9 @@
  *     with SHARDMALLOC_ABORT_ON_ERROR=0, and aborts by default;
  *   - sm_register_error's handler gets the error code when abort_on_error is off;
  *   - randomised free-list order: two processes see different address sequences, not a fixed
- *     stride, while the release build hands out a fresh page in ascending order.
+ *     stride, while the release build hands out a fresh page in ascending order;
+ *   - randomised reuse: the first freed block handed out again is one of the last 8 freed, not
+ *     always the last; a malloc/free loop does not make its page grow past two extensions.
  * Usage: test-secure-features LIBSHARDMALLOC-SECURE.so LIBSHARDMALLOC.so
  * The program itself is not linked with shardmalloc: the sm_ functions are looked up with dlsym. */
 #include "extra-util.h"
@@ -68,6 +70,48 @@ static void *order_run(void *arg) {
   printf("diffs:");
   for (int i = 1; i < 32; i++) printf(" %ld", (long)(b[i] - b[i - 1]));
   printf("\n");
+  return NULL;
+}
+
+/* 200 blocks freed in order: which one does the first malloc that reuses one get? (0 = the last
+ * freed, as plain LIFO reuse would give) */
+static void *reuse_run(void *arg) {
+  (void)arg;
+  enum { N = 200 };
+  char *b[N], *q[N + 100];
+  for (int i = 0; i < N; i++) b[i] = malloc(40);
+  for (int i = 0; i < N; i++) free(b[i]);
+  int first = -1;
+  for (int k = 0; k < N + 100 && first < 0; k++) {
+    q[k] = malloc(40);
+    for (int i = 0; i < N; i++)
+      if (q[k] == b[i]) first = N - 1 - i;
+  }
+  printf("first-reused: %d\n", first);
+  return NULL;
+}
+
+/* one block allocated and freed over and over: how many addresses does it take? */
+static void *pingpong_run(void *arg) {
+  (void)arg;
+  enum { PAIRS = 100000, SLOTS = 1 << 12 };
+  static uintptr_t seen[SLOTS]; /* open addressing; a page holds at most 64 KiB / 48 blocks */
+  int distinct = 0;
+  for (int i = 0; i < PAIRS; i++) {
+    char *p = malloc(40);
+    p[0] = 1;
+    uintptr_t a = (uintptr_t)p;
+    for (size_t h = (a >> 4) % SLOTS;; h = (h + 1) % SLOTS) {
+      if (seen[h] == a) break;
+      if (seen[h] == 0 && distinct < SLOTS / 2) {
+        seen[h] = a;
+        distinct++;
+        break;
+      }
+    }
+    free(p);
+  }
+  printf("distinct: %d\n", distinct);
   return NULL;
 }
 
@@ -233,6 +277,12 @@ static int child(const char *c) {
     pthread_join(t, NULL);
     return 0;
   }
+  if (!strcmp(c, "reuse") || !strcmp(c, "pingpong")) { /* in a fresh thread: a fresh heap */
+    pthread_t t;
+    pthread_create(&t, NULL, !strcmp(c, "reuse") ? reuse_run : pingpong_run, NULL);
+    pthread_join(t, NULL);
+    return 0;
+  }
   fprintf(stderr, "child: unknown case %s\n", c);
   return 99;
 }
@@ -391,6 +441,27 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nc; i++)
       if (c[i] <= 0) { bad = i; break; }
     CHECK(bad < 0, "release build: expected ascending addresses on a fresh page, seen difference %ld at step %d", bad < 0 ? 0 : c[bad], bad + 1);
+  }
+
+  SECTION("reuse: freed blocks come back starting from a random one of the last 8 freed, and do not make the page grow") {
+    int firsts[8], n_not_last = 0;
+    for (int k = 0; k < 8; k++) {
+      run_secure(&r, "reuse", NULL, NULL);
+      const char *s = strstr(r.out, "first-reused:");
+      firsts[k] = s ? atoi(s + 13) : -1;
+      n_not_last += firsts[k] > 0;
+      CHECK(firsts[k] >= 0 && firsts[k] < 8, "run %d: expected the first reused block to be one of the last 8 freed, seen %d; output:%s",
+            k + 1, firsts[k], child_output(&r));
+    }
+    printf("      first reused block, counted back from the last freed, in 8 runs: %d %d %d %d %d %d %d %d\n", firsts[0],
+           firsts[1], firsts[2], firsts[3], firsts[4], firsts[5], firsts[6], firsts[7]);
+    CHECK(n_not_last > 0, "expected the first reused block not to be the last one freed in at least one of 8 runs");
+    run_secure(&r, "pingpong", NULL, NULL);
+    const char *s = strstr(r.out, "distinct:");
+    int distinct = s ? atoi(s + 9) : -1;
+    printf("      100,000 malloc(40)/free pairs used %d addresses (one extension carves 4 KiB: 85 blocks of 48 bytes)\n", distinct);
+    CHECK(distinct > 0 && distinct <= 2 * 85, "expected a malloc/free loop to stay within two extensions of its page (170 blocks), seen %d; output:%s",
+          distinct, child_output(&r));
   }
   (void)sink;
   return sm_test_summary();
