@@ -67,6 +67,9 @@ static void misuse(const char *c) {
   } else if (!strcmp(c, "write-after-free")) {
     free((void *)p);
     memset((void *)p, 0x55, 16);
+  } else if (!strcmp(c, "write-zero-after-free")) { /* 0 into the link word only: no plain NULL */
+    free((void *)p);
+    memset((void *)p, 0, 8);
   }
 }
 
@@ -98,7 +101,7 @@ static int integrity(void) {
 static const char *const cases[] = {"double-free", "double-free-delayed", "double-free-other-thread",
                                     "free-interior", "free-unaligned", "free-stack", "free-global",
                                     "free-never-allocated", "free-1", "realloc-freed", "write-past-end",
-                                    "write-after-free"};
+                                    "write-after-free", "write-zero-after-free"};
 
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--case")) {
