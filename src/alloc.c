@@ -85,11 +85,15 @@ void *padding_finish_full(void *p, size_t size, bool zero) {
     const sm_page_t *page = smi_segment_page_of(segment, p);
     const uint8_t *block = smi_page_start(page) + (size_t)(b - smi_page_start(page)) / page->block_size * page->block_size;
     smi_track_defined(block, page->block_size); /* the fill is ours to read (memory checkers) */
-    for (size_t i = sizeof(sm_block_t); i < page->block_size; i++) {
-      if (block[i] != SM_FILL_FREED) {
-        smi_error(EFAULT, "write after free in block %p (block size %zu): byte %zu was written", (void *)block, page->block_size, i);
-        break;
-      }
+    /* a word at a time (block sizes are multiples of 8): this runs on every malloc */
+    const uint64_t fill = 0x0101010101010101ull * SM_FILL_FREED;
+    for (size_t i = sizeof(sm_block_t); i < page->block_size; i += 8) {
+      uint64_t word;
+      memcpy(&word, block + i, 8);
+      if (sm_likely(word == fill)) continue;
+      while (block[i] == SM_FILL_FREED) i++; /* the first byte written */
+      smi_error(EFAULT, "write after free in block %p (block size %zu): byte %zu was written", (void *)block, page->block_size, i);
+      break;
     }
   }
   memset(b, zero ? 0 : SM_FILL_FRESH, size); /* after the check: it covers the link word too */

@@ -40,6 +40,7 @@ void smi_sizeclass_check(void) {
     sm_assert(bin < SM_BIN_COUNT);
     sm_assert(smi_bin_size(bin) >= size);
     sm_assert(bin == 0 || smi_bin_size(bin - 1) < size);
+    sm_assert(smi_bin_size(bin) % 8 == 0); /* the write-after-free check reads blocks a word at a time */
   }
 }
 #endif
