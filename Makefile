@@ -8,9 +8,10 @@ CMAKE_G := $(shell command -v ninja >/dev/null 2>&1 && echo -G Ninja)
 
 all: release
 
+# TARGET=shardmalloc builds only the shared library (what shardmalloc-run needs), not the tests
 define configure
 	@test -f $(BUILD)/$(1)/CMakeCache.txt || cmake -S . -B $(BUILD)/$(1) $(CMAKE_G) $(2) >/dev/null
-	@cmake --build $(BUILD)/$(1) -j $(JOBS)
+	@cmake --build $(BUILD)/$(1) -j $(JOBS) $(if $(TARGET),--target $(TARGET))
 endef
 
 secure:
