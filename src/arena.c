@@ -496,6 +496,7 @@ bool sm_manage_os_memory(void *start, size_t size, bool is_committed, bool is_la
   smi_arenas_init();
   uintptr_t s = smi_align_up((uintptr_t)start, SM_SEGMENT_SIZE), e = ((uintptr_t)start + size) & ~(uintptr_t)SM_SEGMENT_MASK;
   if (start == NULL || (uintptr_t)start + size < (uintptr_t)start || e <= s) return false;
+  if (e > SM_TF_ADDRESS_LIMIT) return false; /* above 48 bits: see smi_tf_push */
   if (is_large && !smi_os_set_pinned((void *)s, e - s, true)) return false; /* never purged */
   if (!arena_add((uint8_t *)s, e - s, numa_node < 0 ? -1 : numa_node, is_large, is_committed, is_zero)) {
     if (is_large) smi_os_set_pinned((void *)s, e - s, false);

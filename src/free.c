@@ -33,10 +33,10 @@ static void free_remote(sm_page_t *page, sm_block_t *block) {
   do {
     notify = smi_tf_delay(tf) == SM_DELAY_USE;
     if (notify) {
-      nf = smi_tf_make(smi_tf_block(tf), SM_DELAY_FREEING);
+      nf = smi_tf_with_delay(tf, SM_DELAY_FREEING);
     } else {
       smi_block_set_next(page, block, smi_tf_block(tf));
-      nf = smi_tf_make(block, smi_tf_delay(tf));
+      nf = smi_tf_push(tf, block);
     }
   } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, nf, memory_order_acq_rel,
                                                   memory_order_relaxed));
@@ -58,9 +58,9 @@ static void free_remote(sm_page_t *page, sm_block_t *block) {
   do {
     if (!pushed) {
       smi_block_set_next(page, block, smi_tf_block(tf));
-      nf = smi_tf_make(block, SM_DELAY_NONE);
+      nf = smi_tf_push(smi_tf_with_delay(tf, SM_DELAY_NONE), block);
     } else {
-      nf = smi_tf_make(smi_tf_block(tf), SM_DELAY_NONE);
+      nf = smi_tf_with_delay(tf, SM_DELAY_NONE);
     }
   } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, nf, memory_order_acq_rel,
                                                   memory_order_relaxed));

@@ -355,10 +355,22 @@ static inline void smi_block_set_next(const sm_page_t *page, sm_block_t *block, 
   smi_track_noaccess(block, sizeof *block);
 }
 
-/* thread_free packs a block pointer with the delay state in its 2 low bits */
-static inline sm_block_t *smi_tf_block(uintptr_t tf) { return (sm_block_t *)(tf & ~(uintptr_t)3); }
+/* thread_free packs three things: the delay state in its 2 low bits, the list's first block in
+ * bits 2-47 (every mapping the allocator uses lies below 2^48: os_linux.c, arena.c), and the
+ * list's length in bits 48-63, so that taking the list over needs no walk to count it. */
+#define SM_TF_COUNT_SHIFT 48
+#define SM_TF_ADDRESS_LIMIT ((uintptr_t)1 << SM_TF_COUNT_SHIFT)
+static inline sm_block_t *smi_tf_block(uintptr_t tf) { return (sm_block_t *)(tf & (SM_TF_ADDRESS_LIMIT - 4)); }
 static inline sm_delay_t smi_tf_delay(uintptr_t tf) { return (sm_delay_t)(tf & 3); }
+static inline uint32_t smi_tf_count(uintptr_t tf) { return (uint32_t)(tf >> SM_TF_COUNT_SHIFT); }
+/* an empty list */
 static inline uintptr_t smi_tf_make(sm_block_t *b, sm_delay_t d) { return (uintptr_t)b | (uintptr_t)d; }
+/* the same list, another delay state */
+static inline uintptr_t smi_tf_with_delay(uintptr_t tf, sm_delay_t d) { return (tf & ~(uintptr_t)3) | (uintptr_t)d; }
+/* b pushed in front (its link already set to the old first block), same delay state */
+static inline uintptr_t smi_tf_push(uintptr_t tf, sm_block_t *b) {
+  return ((uintptr_t)(smi_tf_count(tf) + 1) << SM_TF_COUNT_SHIFT) | (uintptr_t)b | (tf & 3);
+}
 
 static inline sm_heap_t *smi_page_heap(const sm_page_t *page) {
   return atomic_load_explicit(&((sm_page_t *)page)->heap, memory_order_acquire);

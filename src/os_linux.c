@@ -82,7 +82,14 @@ bool smi_os_protect(void *p, size_t size) {
 
 static void *os_mmap(void *hint, size_t size, int prot) {
   void *p = mmap(hint, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return p == MAP_FAILED ? NULL : p;
+  if (p == MAP_FAILED) return NULL;
+  /* block addresses must fit in 48 bits (page->thread_free packs a count above them); Linux maps
+   * above that only for a hint that asks for it (5-level page tables, 52-bit arm64) */
+  if ((uintptr_t)p + size > SM_TF_ADDRESS_LIMIT) {
+    munmap(p, size);
+    return NULL;
+  }
+  return p;
 }
 
 static void *os_try_hint(size_t size, int prot) {

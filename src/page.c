@@ -3,9 +3,10 @@
  * A page's blocks are on one of three lists or handed out:
  *   free        malloc pops from it (owner only);
  *   local_free  the owner's frees (owner only);
- *   thread_free other threads' frees, pushed with one CAS; its low 2 bits hold the delay state.
+ *   thread_free other threads' frees, pushed with one CAS; its low 2 bits hold the delay state,
+ *               its top 16 bits the list's length.
  * When `free` runs empty, the generic path moves thread_free and local_free onto it in one go
- * ("collect"), so the fast paths never touch an atomic. `used` counts blocks not on free or
+ * ("collect", or page_refill in the release build), so the fast paths never touch an atomic. `used` counts blocks not on free or
  * local_free: a block on thread_free still counts until it is collected.
  *
  * Each heap has one queue per bin; a page whose lists are all empty moves to the full queue and
@@ -88,7 +89,7 @@ void smi_page_set_delay(sm_page_t *page, sm_delay_t delay, bool override_never) 
       continue;
     }
     if (old == delay || (old == SM_DELAY_NEVER && !override_never)) return;
-    if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, smi_tf_make(smi_tf_block(tf), delay),
+    if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, smi_tf_with_delay(tf, delay),
                                               memory_order_acq_rel, memory_order_relaxed))
       return;
   }
@@ -115,6 +116,7 @@ void smi_page_collect_remote(sm_page_t *page) {
       return; /* leak the list rather than follow it */
     }
   }
+  sm_assert(count == smi_tf_count(tf)); /* the count that travels in thread_free (page_refill) */
   smi_block_set_next(page, tail, page->local_free);
   page->local_free = head;
   sm_assert(page->used >= count);
@@ -230,6 +232,46 @@ void smi_page_collect(sm_page_t *page) {
     page->free_is_zero = false;
   }
 }
+
+#if !SM_CHECK_FREES
+/* The release build's refill, when `free` ran out: local_free and the other threads' list become
+ * `free`, the owner's blocks first (their lines are in this core's cache). The other threads'
+ * list is taken as it is, its length read from thread_free: smi_page_collect_remote walks it to
+ * its tail, and on a page that other threads free into that walk fetched every block's line from
+ * the freeing core, one dependent miss after another, before any block was handed out (25% of a
+ * producer/consumer loop's time). Handed out one at a time, those misses overlap with the
+ * program's work. The owner's list is walked instead when both are there. The checked builds
+ * keep the walk of the remote list: it bounds the list by the page's capacity (corruption). */
+static void page_refill(sm_page_t *page) {
+  sm_assert(page->free == NULL);
+  sm_block_t *remote = NULL;
+  uint32_t count = 0;
+  uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+  while (smi_tf_block(tf) != NULL) {
+    if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, smi_tf_make(NULL, smi_tf_delay(tf)),
+                                              memory_order_acquire, memory_order_relaxed)) {
+      remote = smi_tf_block(tf);
+      count = smi_tf_count(tf);
+      break;
+    }
+  }
+  sm_block_t *list = page->local_free;
+  if (list == NULL) {
+    list = remote;
+  } else if (remote != NULL) {
+    sm_block_t *tail = list, *next;
+    while ((next = smi_block_next(page, tail)) != NULL) tail = next;
+    smi_block_set_next(page, tail, remote);
+  }
+  if (list == NULL) return;
+  sm_assert(page->used >= count);
+  page->used -= count;
+  page_refill_count(page, page->capacity - page->used);
+  page->free = list;
+  page->local_free = NULL;
+  page->free_is_zero = false;
+}
+#endif
 
 /* Carve the next few blocks of the page into the (empty) free list. Done a little at a time so
  * that a fresh page costs page faults only for what is used. */
@@ -418,8 +460,10 @@ static sm_page_t *page_queue_find_free(sm_heap_t *heap, size_t bin) {
     sm_page_t *next = page->next;
 #if SM_SECURE
     if (page_collect_or_extend(heap, page)) break;
-#else
+#elif SM_CHECK_FREES
     smi_page_collect(page);
+#else
+    if (page->free == NULL) page_refill(page);
 #endif
     if (page->free != NULL) break;
     if (smi_page_is_expandable(page)) {
