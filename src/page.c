@@ -240,7 +240,7 @@ void smi_page_collect(sm_page_t *page) {
  * its tail, and on a page that other threads free into that walk fetched every block's line from
  * the freeing core, one dependent miss after another, before any block was handed out (25% of a
  * producer/consumer loop's time). Handed out one at a time, those misses overlap with the
- * program's work. The owner's list is walked instead when both are there. The checked builds
+ * program's work. When both lists hold blocks, the shorter is walked. The checked builds
  * keep the walk of the remote list: it bounds the list by the page's capacity (corruption). */
 static void page_refill(sm_page_t *page) {
   sm_assert(page->free == NULL);
@@ -255,13 +255,15 @@ static void page_refill(sm_page_t *page) {
       break;
     }
   }
-  sm_block_t *list = page->local_free;
-  if (list == NULL) {
-    list = remote;
-  } else if (remote != NULL) {
-    sm_block_t *tail = list, *next;
-    while ((next = smi_block_next(page, tail)) != NULL) tail = next;
-    smi_block_set_next(page, tail, remote);
+  /* both lists: walk the shorter to its tail (its length is known: remote blocks still count as
+   * used, so local_free holds capacity - used), the owner's on a tie */
+  sm_block_t *local = page->local_free, *list = local != NULL ? local : remote;
+  if (local != NULL && remote != NULL) {
+    bool remote_first = count < (uint32_t)(page->capacity - page->used);
+    sm_block_t *first = remote_first ? remote : local, *second = remote_first ? local : remote, *tail = first, *next;
+    for (uint32_t n = 0; (next = smi_block_next(page, tail)) != NULL && n < page->capacity; n++) tail = next;
+    smi_block_set_next(page, tail, second);
+    list = first;
   }
   if (list == NULL) return;
   sm_assert(page->used >= count);
