@@ -6,8 +6,9 @@
  *   thread_free other threads' frees, pushed with one CAS; its low 2 bits hold the delay state,
  *               its top 16 bits the list's length.
  * When `free` runs empty, the generic path moves thread_free and local_free onto it in one go
- * ("collect", or page_refill in the release build), so the fast paths never touch an atomic. `used` counts blocks not on free or
- * local_free: a block on thread_free still counts until it is collected.
+ * ("collect", or page_refill in the release build), so the fast paths never touch an atomic.
+ * `used` counts blocks not on free or local_free: a block on thread_free still counts until it is
+ * collected.
  *
  * Each heap has one queue per bin; a page whose lists are all empty moves to the full queue and
  * asks (delay state USE) to be told of the next remote free through the heap's delayed list,
@@ -235,8 +236,7 @@ void smi_page_collect(sm_page_t *page) {
 
 #if !SM_CHECK_FREES
 /* The release build's refill, when `free` ran out: local_free and the other threads' list become
- * `free`, the owner's blocks first (their lines are in this core's cache). The other threads'
- * list is taken as it is, its length read from thread_free: smi_page_collect_remote walks it to
+ * `free`. The other threads' list is taken as it is, its length read from thread_free: smi_page_collect_remote walks it to
  * its tail, and on a page that other threads free into that walk fetched every block's line from
  * the freeing core, one dependent miss after another, before any block was handed out (25% of a
  * producer/consumer loop's time). Handed out one at a time, those misses overlap with the
