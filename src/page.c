@@ -236,12 +236,13 @@ void smi_page_collect(sm_page_t *page) {
 
 #if !SM_CHECK_FREES
 /* The release build's refill, when `free` ran out: local_free and the other threads' list become
- * `free`. The other threads' list is taken as it is, its length read from thread_free: smi_page_collect_remote walks it to
- * its tail, and on a page that other threads free into that walk fetched every block's line from
- * the freeing core, one dependent miss after another, before any block was handed out (25% of a
- * producer/consumer loop's time). Handed out one at a time, those misses overlap with the
- * program's work. When both lists hold blocks, the shorter is walked. The checked builds
- * keep the walk of the remote list: it bounds the list by the page's capacity (corruption). */
+ * `free`. The other threads' list is taken as it is, its length read from thread_free.
+ * smi_page_collect_remote walks it to its tail, and on a page that other threads free into, that
+ * walk fetched every block's line from the freeing core, one dependent miss after another, before
+ * any block was handed out (25% of a producer/consumer loop's time). Handed out one at a time,
+ * those misses overlap with the program's work. When both lists hold blocks, the shorter is
+ * walked. The checked builds keep the walk of the remote list: it bounds the list by the page's
+ * capacity (corruption). */
 static void page_refill(sm_page_t *page) {
   sm_assert(page->free == NULL);
   sm_block_t *remote = NULL;
