@@ -521,6 +521,7 @@ static void segment_cache_split(sm_segment_t *segment, size_t keep) {
     smi_mem_free(tail, tail_size, 0);
     return;
   }
+  smi_track_undefined(tail, sizeof(*tail)); /* its header overlays the freed block (memory checkers) */
   memset(tail, 0, sizeof(*tail));
   tail->kind = SM_SEGMENT_HUGE;
   tail->map_start = (uint8_t *)tail;
