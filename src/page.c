@@ -98,15 +98,22 @@ void smi_page_set_delay(sm_page_t *page, sm_delay_t delay, bool override_never) 
 
 /* ---- free lists ---- */
 
+/* Take the other threads' list, keeping the delay bits; returns the word it was taken from (its
+ * list and count), or one with no list when there was none. */
+static uintptr_t page_take_thread_free(sm_page_t *page) {
+  uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+  while (smi_tf_block(tf) != NULL &&
+         !atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, smi_tf_make(NULL, smi_tf_delay(tf)),
+                                                memory_order_acquire, memory_order_relaxed)) {
+  }
+  return tf;
+}
+
 /* Move the remote frees onto local_free (one atomic exchange keeps the delay bits). */
 void smi_page_collect_remote(sm_page_t *page) {
-  uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-  sm_block_t *head;
-  do {
-    head = smi_tf_block(tf);
-    if (head == NULL) return;
-  } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, smi_tf_make(NULL, smi_tf_delay(tf)),
-                                                  memory_order_acquire, memory_order_relaxed));
+  uintptr_t tf = page_take_thread_free(page);
+  sm_block_t *head = smi_tf_block(tf);
+  if (head == NULL) return;
   /* find the tail; a list longer than the page is corruption (or a double free) */
   uint32_t count = 1;
   sm_block_t *tail = head, *next;
@@ -186,6 +193,14 @@ static inline void page_refill_count(sm_page_t *page, uint32_t n) {
   page->stat_handed = (uint16_t)n;
   if (sm_unlikely(page->stat_freed >= SM_STATS_FOLD_BLOCKS)) page_fold(page);
 }
+
+/* the refill itself: `list`, n blocks (everything that was on local_free), becomes `free` */
+static inline void page_refill_with(sm_page_t *page, sm_block_t *list, uint32_t n) {
+  page_refill_count(page, n);
+  page->free = list;
+  page->local_free = NULL;
+  page->free_is_zero = false;
+}
 _Static_assert(SM_STATS_FOLD_BLOCKS + SM_SMALL_PAGE_SIZE / 8 <= UINT16_MAX, "stat_freed cannot overflow");
 
 /* the page goes back to its segment (or is destroyed): whatever is not on `free` counts as freed */
@@ -226,12 +241,8 @@ void smi_stats_heap_sync(sm_heap_t *heap) {
 void smi_page_collect(sm_page_t *page) {
   if (smi_tf_block(atomic_load_explicit(&page->thread_free, memory_order_relaxed)) != NULL)
     smi_page_collect_remote(page);
-  if (page->local_free != NULL && page->free == NULL) {
-    page_refill_count(page, page->capacity - page->used);
-    page->free = page->local_free;
-    page->local_free = NULL;
-    page->free_is_zero = false;
-  }
+  if (page->local_free != NULL && page->free == NULL)
+    page_refill_with(page, page->local_free, page->capacity - page->used);
 }
 
 #if !SM_CHECK_FREES
@@ -245,17 +256,9 @@ void smi_page_collect(sm_page_t *page) {
  * capacity (corruption). */
 static void page_refill(sm_page_t *page) {
   sm_assert(page->free == NULL);
-  sm_block_t *remote = NULL;
-  uint32_t count = 0;
-  uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-  while (smi_tf_block(tf) != NULL) {
-    if (atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, smi_tf_make(NULL, smi_tf_delay(tf)),
-                                              memory_order_acquire, memory_order_relaxed)) {
-      remote = smi_tf_block(tf);
-      count = smi_tf_count(tf);
-      break;
-    }
-  }
+  uintptr_t tf = page_take_thread_free(page);
+  sm_block_t *remote = smi_tf_block(tf);
+  uint32_t count = remote != NULL ? smi_tf_count(tf) : 0;
   /* both lists: walk the shorter to its tail (its length is known: remote blocks still count as
    * used, so local_free holds capacity - used), the owner's on a tie */
   sm_block_t *local = page->local_free, *list = local != NULL ? local : remote;
@@ -269,10 +272,7 @@ static void page_refill(sm_page_t *page) {
   if (list == NULL) return;
   sm_assert(page->used >= count);
   page->used -= count;
-  page_refill_count(page, page->capacity - page->used);
-  page->free = list;
-  page->local_free = NULL;
-  page->free_is_zero = false;
+  page_refill_with(page, list, page->capacity - page->used);
 }
 #endif
 
@@ -445,10 +445,7 @@ static bool page_collect_or_extend(sm_heap_t *heap, sm_page_t *page) {
     smi_block_set_next(page, before, smi_block_next(page, pick));
     smi_block_set_next(page, pick, head);
   }
-  page_refill_count(page, waiting);
-  page->free = pick;
-  page->local_free = NULL;
-  page->free_is_zero = false;
+  page_refill_with(page, pick, waiting);
   return false;
 }
 #endif
