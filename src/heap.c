@@ -22,6 +22,25 @@ void smi_heap_init(sm_heap_t *heap, sm_tld_t *tld, uintptr_t thread_id) {
   heap->random = x ^ (x >> 31);
 }
 
+/* The next block of a heap's delayed list (its blocks belong to any page). In the checked builds
+ * a link that does not lead into a live page is reported, never followed. */
+static sm_block_t *delayed_next(sm_page_t *page, sm_block_t *block) {
+  sm_block_t *next = smi_block_next(page, block);
+#if SM_CHECK_FREES
+  if (next != NULL) {
+    sm_segment_t *segment = smi_ptr_segment(next);
+    const sm_page_t *next_page = NULL;
+    if (smi_segment_is_registered(segment) && segment->kind != SM_SEGMENT_HUGE)
+      next_page = smi_segment_page_of(segment, next);
+    if (next_page == NULL || !next_page->in_use || !smi_page_link_ok(next_page, next)) {
+      smi_page_free_list_corrupted(page, block);
+      return NULL;
+    }
+  }
+#endif
+  return next;
+}
+
 /* Blocks that other threads freed into our full pages. Each is freed as the owner would, which
  * moves its page out of the full queue. */
 void smi_heap_delayed_free(sm_heap_t *heap) {
@@ -29,7 +48,7 @@ void smi_heap_delayed_free(sm_heap_t *heap) {
   while (block != NULL) {
     sm_segment_t *segment = smi_ptr_segment(block);
     sm_page_t *page = smi_segment_page_of(segment, block);
-    sm_block_t *next = smi_block_next(page, block);
+    sm_block_t *next = delayed_next(page, block);
     smi_page_collect(page); /* keep `used` exact so an emptied page is noticed */
     smi_free_block_local(page, block);
     block = next;
@@ -121,7 +140,7 @@ static void page_look_empty(sm_page_t *page, bool *found) {
   if (page->purge_at == seen) return;
   page->purge_at = seen;
   size_t count = 0;
-  for (sm_block_t *b = head; b != NULL && count <= before; b = smi_block_next(page, b)) count++;
+  for (sm_block_t *b = head; b != NULL && count <= before; b = smi_list_next(page, b)) count++;
   atomic_thread_fence(memory_order_acquire); /* `used` after the count */
   size_t after = page_used_racy(page);
   if (count != after) return;
@@ -146,7 +165,7 @@ void smi_heap_collect_idle(sm_heap_t *heap) {
   sm_block_t *keep = NULL, *keep_last = NULL;
   while (block != NULL) {
     sm_page_t *page = smi_segment_page_of(smi_ptr_segment(block), block);
-    sm_block_t *next = smi_block_next(page, block);
+    sm_block_t *next = delayed_next(page, block);
     if (page->flags.x.in_full) {
       smi_block_set_next(page, block, page->local_free);
       page->local_free = block;
@@ -565,7 +584,7 @@ static bool visit_area(const sm_heap_t *heap, sm_page_t *page, bool all, sm_bloc
   sm_block_t *lists[2] = {page->free, page->local_free};
   for (int l = 0; l < 2; l++) {
     uint32_t n = 0;
-    for (sm_block_t *b = lists[l]; b != NULL && n++ <= page->capacity; b = smi_block_next(page, b)) {
+    for (sm_block_t *b = lists[l]; b != NULL && n++ <= page->capacity; b = smi_list_next(page, b)) {
       size_t idx = (size_t)((uint8_t *)b - smi_page_start(page)) / bsize;
       if (idx < page->capacity) free_map[idx / 64] |= (uint64_t)1 << (idx % 64);
     }

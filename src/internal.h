@@ -396,6 +396,13 @@ static inline bool smi_page_link_ok(const sm_page_t *page, const sm_block_t *nex
          next == NULL;
 }
 
+/* the next block of a walk over a page's list: in the checked builds a link that leaves the page
+ * ends the walk (never followed; the pop or collection that reaches it reports it) */
+static inline sm_block_t *smi_list_next(const sm_page_t *page, const sm_block_t *block) {
+  sm_block_t *next = smi_block_next(page, block);
+  return SM_CHECK_FREES && !smi_page_link_ok(page, next) ? NULL : next;
+}
+
 static inline void *smi_page_pop(sm_page_t *page, sm_block_t *block) {
 #if SM_CHECK_FREES
   sm_block_t *next = smi_block_next(page, block);

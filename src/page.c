@@ -109,24 +109,61 @@ static uintptr_t page_take_thread_free(sm_page_t *page) {
   return tf;
 }
 
-/* Move the remote frees onto local_free (one atomic exchange keeps the delay bits). */
+/* The last block of a list, at most `max` links on (n: the blocks seen). A link that leaves the page
+ * is reported in the checked builds, and the list ends at the block before it: it is never
+ * followed (the blocks past it are leaked). */
+static sm_block_t *list_tail(sm_page_t *page, sm_block_t *b, uint32_t max, uint32_t *n) {
+  sm_block_t *next;
+  for (*n = 1; (next = smi_block_next(page, b)) != NULL && *n <= max; ++*n) {
+#if SM_CHECK_FREES
+    if (sm_unlikely(!smi_page_link_ok(page, next))) {
+      smi_page_free_list_corrupted(page, b);
+      smi_block_set_next(page, b, NULL);
+      break;
+    }
+#endif
+    b = next;
+  }
+  return b;
+}
+
+/* Move the other threads' frees onto local_free (one atomic exchange keeps the delay bits). The
+ * list's length travels in thread_free, so the list is taken without a walk: on a page that other
+ * threads free into, walking it to its tail fetched every block's line from the freeing core, one
+ * dependent miss after another, before any block was handed out (25% of a producer/consumer
+ * loop's time); handed out one at a time, those misses overlap with the program's work. When
+ * local_free holds blocks too, the shorter list is walked to link the two. The debug and
+ * memory-checker builds walk it anyway, to compare the count. A bad link in a list taken without
+ * a walk is reported when a pop reaches it (smi_page_pop), before the block is handed out. */
 void smi_page_collect_remote(sm_page_t *page) {
   uintptr_t tf = page_take_thread_free(page);
-  sm_block_t *head = smi_tf_block(tf);
-  if (head == NULL) return;
-  /* find the tail; a list longer than the page is corruption (or a double free) */
-  uint32_t count = 1;
-  sm_block_t *tail = head, *next;
-  while ((next = smi_block_next(page, tail)) != NULL) {
-    tail = next;
-    if (sm_unlikely(++count > page->capacity)) {
-      smi_error(EFAULT, "corrupted thread-free list in page %p (block size %zu)", (void *)smi_page_start(page), page->block_size);
-      return; /* leak the list rather than follow it */
-    }
+  sm_block_t *remote = smi_tf_block(tf), *local = page->local_free;
+  if (remote == NULL) return;
+  uint32_t count = smi_tf_count(tf), walked;
+#if SM_CHECK_FREES
+  if (sm_unlikely(count > page->used)) { /* a block freed twice at once by two threads */
+    smi_error(EFAULT, "corrupted thread-free list in page %p (block size %zu): %u blocks freed, %u allocated",
+              (void *)smi_page_start(page), page->block_size, (unsigned)count, (unsigned)page->used);
+    return; /* leak the list rather than use it */
   }
-  sm_assert(count == smi_tf_count(tf)); /* the count that travels in thread_free (page_refill) */
-  smi_block_set_next(page, tail, page->local_free);
-  page->local_free = head;
+#endif
+  if (SM_DEBUG || SM_TRACK) { /* remote list first, walked in full */
+    sm_block_t *tail = list_tail(page, remote, page->capacity, &walked);
+    if (sm_unlikely(walked != count)) { /* a link was bad (reported), or a block is on it twice */
+      smi_error(EFAULT, "corrupted thread-free list in page %p (block size %zu): %u blocks on it, %u freed",
+                (void *)smi_page_start(page), page->block_size, (unsigned)walked, (unsigned)count);
+      return;
+    }
+    smi_block_set_next(page, tail, local);
+    page->local_free = remote;
+  } else if (local != NULL) { /* both: walk the shorter (local_free holds capacity - used blocks) */
+    bool remote_first = count < (uint32_t)(page->capacity - page->used);
+    sm_block_t *first = remote_first ? remote : local, *second = remote_first ? local : remote;
+    smi_block_set_next(page, list_tail(page, first, page->capacity, &walked), second);
+    page->local_free = first;
+  } else {
+    page->local_free = remote;
+  }
   sm_assert(page->used >= count);
   page->used -= count;
 }
@@ -142,9 +179,9 @@ void smi_page_collect_remote(sm_page_t *page) {
 #define SM_STATS_FOLD_BLOCKS 4096
 #define SM_STATS_FLUSH_BYTES ((int64_t)1 << 20)
 
-static uint32_t list_length(const sm_page_t *page, const sm_block_t *b) {
+static uint32_t list_length(sm_page_t *page, sm_block_t *b) {
   uint32_t n = 0;
-  for (; b != NULL && n <= page->capacity; b = smi_block_next(page, b)) n++;
+  if (b != NULL) list_tail(page, b, page->capacity, &n);
   return n;
 }
 
@@ -215,11 +252,7 @@ void smi_stats_page_discard(sm_page_t *page) {
 void smi_stats_page_sync(sm_page_t *page) {
   smi_page_collect_remote(page);
   uint32_t on_free = list_length(page, page->free), on_local = 0;
-  sm_block_t *tail = NULL;
-  for (sm_block_t *b = page->local_free; b != NULL && on_local <= page->capacity; b = smi_block_next(page, b)) {
-    tail = b;
-    on_local++;
-  }
+  sm_block_t *tail = page->local_free != NULL ? list_tail(page, page->local_free, page->capacity, &on_local) : NULL;
   page_fold(page);
   page_account(page, (int64_t)page->stat_handed - on_free, on_local);
   if (tail != NULL) {
@@ -247,32 +280,11 @@ void smi_page_collect(sm_page_t *page) {
 
 #if !SM_CHECK_FREES
 /* The release build's refill, when `free` ran out: local_free and the other threads' list become
- * `free`. The other threads' list is taken as it is, its length read from thread_free.
- * smi_page_collect_remote walks it to its tail, and on a page that other threads free into, that
- * walk fetched every block's line from the freeing core, one dependent miss after another, before
- * any block was handed out (25% of a producer/consumer loop's time). Handed out one at a time,
- * those misses overlap with the program's work. When both lists hold blocks, the shorter is
- * walked. The checked builds keep the walk of the remote list: it bounds the list by the page's
- * capacity (corruption). */
+ * `free` (the checked builds choose among them: page_collect_or_extend, smi_page_collect). */
 static void page_refill(sm_page_t *page) {
   sm_assert(page->free == NULL);
-  uintptr_t tf = page_take_thread_free(page);
-  sm_block_t *remote = smi_tf_block(tf);
-  uint32_t count = remote != NULL ? smi_tf_count(tf) : 0;
-  /* both lists: walk the shorter to its tail (its length is known: remote blocks still count as
-   * used, so local_free holds capacity - used), the owner's on a tie */
-  sm_block_t *local = page->local_free, *list = local != NULL ? local : remote;
-  if (local != NULL && remote != NULL) {
-    bool remote_first = count < (uint32_t)(page->capacity - page->used);
-    sm_block_t *first = remote_first ? remote : local, *second = remote_first ? local : remote, *tail = first, *next;
-    for (uint32_t n = 0; (next = smi_block_next(page, tail)) != NULL && n < page->capacity; n++) tail = next;
-    smi_block_set_next(page, tail, second);
-    list = first;
-  }
-  if (list == NULL) return;
-  sm_assert(page->used >= count);
-  page->used -= count;
-  page_refill_with(page, list, page->capacity - page->used);
+  smi_page_collect_remote(page);
+  if (page->local_free != NULL) page_refill_with(page, page->local_free, page->capacity - page->used);
 }
 #endif
 

@@ -19,6 +19,10 @@ static void *thread_free(void *p) {
   free(p);
   return NULL;
 }
+static void *thread_free_all(void *arg) { /* frees blocks[0..] until a NULL */
+  for (void **b = arg; *b != NULL; b++) free(*b);
+  return NULL;
+}
 static void churn_other_class(void) { /* traffic in a size class different from the victim's */
   for (int i = 0; i < 2000; i++) free(malloc(3000));
 }
@@ -70,6 +74,17 @@ static void misuse(const char *c) {
   } else if (!strcmp(c, "write-zero-after-free")) { /* 0 into the link word only: no plain NULL */
     free((void *)p);
     memset((void *)p, 0, 8);
+  } else if (!strcmp(c, "write-after-remote-free") || !strcmp(c, "write-after-delayed-free")) {
+    /* the link of a block another thread freed: it waits on its page's list of remote frees, or
+     * (the first one freed into a full page) on the owner's list of delayed frees */
+    enum { N = 2000 }; /* more than a page of 112-byte blocks holds: the first pages are full */
+    static void *blocks[N + 1];
+    for (int i = 0; i < N; i++) blocks[i] = malloc(100);
+    blocks[N] = NULL;
+    pthread_t t;
+    pthread_create(&t, NULL, thread_free_all, blocks);
+    pthread_join(t, NULL);
+    memset(blocks[strcmp(c, "write-after-remote-free") ? 0 : 10], 0x55, 16);
   }
 }
 
@@ -101,7 +116,8 @@ static int integrity(void) {
 static const char *const cases[] = {"double-free", "double-free-delayed", "double-free-other-thread",
                                     "free-interior", "free-unaligned", "free-stack", "free-global",
                                     "free-never-allocated", "free-1", "realloc-freed", "write-past-end",
-                                    "write-after-free", "write-zero-after-free"};
+                                    "write-after-free", "write-zero-after-free", "write-after-remote-free",
+                                    "write-after-delayed-free"};
 
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--case")) {
