@@ -19,7 +19,10 @@ static inline void *heap_malloc_zero(sm_heap_t *heap, size_t size) {
     sm_block_t *block = page->free;
     if (sm_likely(block != NULL)) {
       bool is_zero = page->free_is_zero;
+      if (SM_CHECK_FREES && sm_unlikely(smi_page_pop(page, block) == NULL)) return smi_malloc_generic(heap, size, true);
+#if !SM_CHECK_FREES
       smi_page_pop(page, block);
+#endif
       if (is_zero) block->next = NULL;
       else memset(block, 0, page->block_size); /* the whole block: rezalloc relies on it */
       return block;
@@ -214,8 +217,9 @@ static sm_noinline void *heap_alloc_generic(sm_heap_t *heap, size_t size, bool z
   return padding_finish(smi_malloc_generic(heap, padded(size), false), size, zero);
 }
 /* the popped block's link leaves its page: smi_page_pop reports it and ends the list there */
-static sm_noinline void *heap_alloc_bad_link(sm_page_t *page, sm_block_t *block, size_t size, bool zero) {
-  return padding_finish(smi_page_pop(page, block), size, zero);
+static sm_noinline void *heap_alloc_bad_link(sm_heap_t *heap, sm_page_t *page, sm_block_t *block, size_t size, bool zero) {
+  if (smi_page_pop(page, block) == NULL) return heap_alloc_generic(heap, size, zero);
+  return padding_finish(block, size, zero);
 }
 static inline __attribute__((always_inline)) void *heap_alloc(sm_heap_t *heap, size_t size, bool zero) {
   if (sm_likely(size <= SM_DIRECT_MAX - SM_PADDING)) {
@@ -224,7 +228,7 @@ static inline __attribute__((always_inline)) void *heap_alloc(sm_heap_t *heap, s
     if (sm_likely(block != NULL)) {
       /* smi_page_pop's check, its report out of line */
       sm_block_t *next = smi_block_next(page, block);
-      if (sm_unlikely(!smi_page_link_ok(page, next))) return heap_alloc_bad_link(page, block, size, zero);
+      if (sm_unlikely(!smi_page_link_ok(page, next))) return heap_alloc_bad_link(heap, page, block, size, zero);
       page->free = next;
       page->used++;
       uint8_t *b = (uint8_t *)block;

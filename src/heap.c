@@ -33,7 +33,7 @@ static sm_block_t *delayed_next(sm_page_t *page, sm_block_t *block) {
     if (smi_segment_is_registered(segment) && segment->kind != SM_SEGMENT_HUGE)
       next_page = smi_segment_page_of(segment, next);
     if (next_page == NULL || !next_page->in_use || !smi_page_link_ok(next_page, next)) {
-      smi_page_free_list_corrupted(page, block);
+      smi_page_list_corrupted(page, block);
       return NULL;
     }
   }

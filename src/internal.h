@@ -386,7 +386,8 @@ static inline bool smi_page_has_aligned(const sm_page_t *page) {
 static inline bool smi_page_is_expandable(const sm_page_t *page) { return page->capacity < page->reserved; }
 
 /* The malloc fast path: one TLS load, one table load, pop. */
-void smi_page_free_list_corrupted(sm_page_t *page, const sm_block_t *block);
+void smi_page_list_corrupted(const sm_page_t *page, const sm_block_t *block); /* the report */
+void *smi_page_pop_bad_link(sm_page_t *page, const sm_block_t *block);        /* returns NULL */
 
 /* a free-list link that leaves its page is corruption (a write after free): report it, never
  * follow it. One unsigned compare tests both ends; NULL (the list's end) fails it too and is let
@@ -403,13 +404,14 @@ static inline sm_block_t *smi_list_next(const sm_page_t *page, const sm_block_t 
   return SM_CHECK_FREES && !smi_page_link_ok(page, next) ? NULL : next;
 }
 
+/* Pop `block`, the first of page->free. In the checked builds a block whose link leaves the page
+ * is not handed out: the pop reports it and returns NULL (smi_page_pop_bad_link), and the
+ * caller takes the generic path. Every block handed out has its link word cleared, so a block
+ * that reaches a list twice (freed twice at once by two threads) is caught here the second time. */
 static inline void *smi_page_pop(sm_page_t *page, sm_block_t *block) {
 #if SM_CHECK_FREES
   sm_block_t *next = smi_block_next(page, block);
-  if (sm_unlikely(!smi_page_link_ok(page, next))) {
-    smi_page_free_list_corrupted(page, block);
-    next = NULL;
-  }
+  if (sm_unlikely(!smi_page_link_ok(page, next))) return smi_page_pop_bad_link(page, block);
   page->free = next;
 #else
   page->free = smi_block_next(page, block);
@@ -422,7 +424,9 @@ static inline void *smi_heap_malloc_small(sm_heap_t *heap, size_t size) {
   sm_page_t *page = heap->pages_direct[(size + 7) >> 3];
   sm_block_t *block = page->free;
   if (sm_unlikely(block == NULL)) return smi_malloc_generic(heap, size, false);
-  return smi_page_pop(page, block);
+  void *p = smi_page_pop(page, block);
+  if (SM_CHECK_FREES && sm_unlikely(p == NULL)) return smi_malloc_generic(heap, size, false);
+  return p;
 }
 
 static inline void *smi_heap_malloc(sm_heap_t *heap, size_t size) {

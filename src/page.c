@@ -109,21 +109,26 @@ static uintptr_t page_take_thread_free(sm_page_t *page) {
   return tf;
 }
 
-/* The last block of a list, at most `max` links on (n: the blocks seen). A link that leaves the page
- * is reported in the checked builds, and the list ends at the block before it: it is never
- * followed (the blocks past it are leaked). */
+/* The last block of a list, at most `max` links on (n: the blocks up to it). In the checked builds a
+ * block whose link leaves the page is reported and left out with everything after it: the link is
+ * never followed, and the block is leaked, counted as in use (smi_page_pop_bad_link says why).
+ * Returns NULL when that was the list's first block (the whole list is gone). */
 static sm_block_t *list_tail(sm_page_t *page, sm_block_t *b, uint32_t max, uint32_t *n) {
-  sm_block_t *next;
+  sm_block_t *next, *prev = NULL;
   for (*n = 1; (next = smi_block_next(page, b)) != NULL && *n <= max; ++*n) {
 #if SM_CHECK_FREES
     if (sm_unlikely(!smi_page_link_ok(page, next))) {
-      smi_page_free_list_corrupted(page, b);
-      smi_block_set_next(page, b, NULL);
-      break;
+      smi_page_list_corrupted(page, b);
+      page->used++;
+      --*n;
+      if (prev != NULL) smi_block_set_next(page, prev, NULL);
+      return prev;
     }
 #endif
+    prev = b;
     b = next;
   }
+  (void)prev; /* the release build does not cut lists */
   return b;
 }
 
@@ -149,7 +154,7 @@ void smi_page_collect_remote(sm_page_t *page) {
 #endif
   if (SM_DEBUG || SM_TRACK) { /* remote list first, walked in full */
     sm_block_t *tail = list_tail(page, remote, page->capacity, &walked);
-    if (sm_unlikely(walked != count)) { /* a link was bad (reported), or a block is on it twice */
+    if (sm_unlikely(tail == NULL || walked != count)) { /* a link was bad (reported), or a block is on it twice */
       smi_error(EFAULT, "corrupted thread-free list in page %p (block size %zu): %u blocks on it, %u freed",
                 (void *)smi_page_start(page), page->block_size, (unsigned)walked, (unsigned)count);
       return;
@@ -159,8 +164,9 @@ void smi_page_collect_remote(sm_page_t *page) {
   } else if (local != NULL) { /* both: walk the shorter (local_free holds capacity - used blocks) */
     bool remote_first = count < (uint32_t)(page->capacity - page->used);
     sm_block_t *first = remote_first ? remote : local, *second = remote_first ? local : remote;
-    smi_block_set_next(page, list_tail(page, first, page->capacity, &walked), second);
-    page->local_free = first;
+    sm_block_t *tail = list_tail(page, first, page->capacity, &walked);
+    if (tail != NULL) smi_block_set_next(page, tail, second);
+    page->local_free = tail != NULL ? first : second;
   } else {
     page->local_free = remote;
   }
@@ -179,9 +185,10 @@ void smi_page_collect_remote(sm_page_t *page) {
 #define SM_STATS_FOLD_BLOCKS 4096
 #define SM_STATS_FLUSH_BYTES ((int64_t)1 << 20)
 
-static uint32_t list_length(sm_page_t *page, sm_block_t *b) {
+/* the length of `free` (cut where corrupted) */
+static uint32_t free_length(sm_page_t *page) {
   uint32_t n = 0;
-  if (b != NULL) list_tail(page, b, page->capacity, &n);
+  if (page->free != NULL && list_tail(page, page->free, page->capacity, &n) == NULL) page->free = NULL;
   return n;
 }
 
@@ -242,7 +249,7 @@ _Static_assert(SM_STATS_FOLD_BLOCKS + SM_SMALL_PAGE_SIZE / 8 <= UINT16_MAX, "sta
 
 /* the page goes back to its segment (or is destroyed): whatever is not on `free` counts as freed */
 void smi_stats_page_discard(sm_page_t *page) {
-  uint32_t on_free = list_length(page, page->free);
+  uint32_t on_free = free_length(page);
   page_fold(page);
   page_account(page, (int64_t)page->stat_handed - on_free, (int64_t)page->capacity - on_free);
   page->stat_handed = page->stat_base_handed = 0;
@@ -251,8 +258,9 @@ void smi_stats_page_discard(sm_page_t *page) {
 /* count everything up to now, and put local_free in front of free so nothing is counted twice */
 void smi_stats_page_sync(sm_page_t *page) {
   smi_page_collect_remote(page);
-  uint32_t on_free = list_length(page, page->free), on_local = 0;
+  uint32_t on_free = free_length(page), on_local = 0;
   sm_block_t *tail = page->local_free != NULL ? list_tail(page, page->local_free, page->capacity, &on_local) : NULL;
+  if (tail == NULL) page->local_free = NULL; /* (cut where corrupted) */
   page_fold(page);
   page_account(page, (int64_t)page->stat_handed - on_free, on_local);
   if (tail != NULL) {
@@ -368,9 +376,20 @@ void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t a
 }
 
 #if SM_CHECK_FREES
-void smi_page_free_list_corrupted(sm_page_t *page, const sm_block_t *block) {
+void smi_page_list_corrupted(const sm_page_t *page, const sm_block_t *block) {
   smi_error(EFAULT, "free list of page %p (block size %zu) corrupted at block %p: written after free?",
             (void *)smi_page_start(page), page->block_size, (const void *)block);
+}
+
+/* The first block of `free` has a link that leaves the page. Report it; the block and the rest of
+ * the list are leaked, the block counted as in use: it may be a live block that reached a list
+ * twice (two threads freed it at once), and then its count was taken off `used` twice, so the
+ * page is never given back under it. */
+void *smi_page_pop_bad_link(sm_page_t *page, const sm_block_t *block) {
+  smi_page_list_corrupted(page, block);
+  page->free = NULL;
+  page->used++;
+  return NULL;
 }
 #endif
 
@@ -501,9 +520,11 @@ static sm_page_t *page_queue_find_free(sm_heap_t *heap, size_t bin) {
 
 /* pop a block from a page with a free one; zero the first `size` bytes if asked (blocks carved from
  * fresh memory only need their link word cleared) */
+/* NULL: the checked builds found the list corrupted (reported; the caller looks again) */
 static void *page_pop_zero(sm_page_t *page, size_t size, bool zero) {
   bool is_zero = page->free_is_zero;
   void *p = smi_page_pop(page, page->free);
+  if (SM_CHECK_FREES && p == NULL) return NULL;
   (void)size;
   if (zero) { /* the whole block: rezalloc relies on it */
     if (is_zero) ((sm_block_t *)p)->next = NULL;
@@ -520,9 +541,12 @@ static void *malloc_generic_locked(sm_heap_t *heap, size_t size, size_t bin, boo
   if (calls >= heap->retired_next) smi_heap_retired_collect(heap, false); /* a kept page has expired */
   if (heap->tld->purge_first != NULL || smi_segment_cache_pending()) smi_segments_purge_expired(heap->tld, false);
   if (sm_unlikely(size > SM_LARGE_OBJ_MAX)) return smi_huge_alloc(heap, size, 0, zero);
-  sm_page_t *page = page_queue_find_free(heap, bin);
-  if (sm_unlikely(page == NULL)) return smi_enomem();
-  return page_pop_zero(page, size, zero);
+  for (;;) { /* once more after a corrupted list (checked builds) */
+    sm_page_t *page = page_queue_find_free(heap, bin);
+    if (sm_unlikely(page == NULL)) return smi_enomem();
+    void *p = page_pop_zero(page, size, zero);
+    if (p != NULL) return p;
+  }
 }
 
 /* The slow path of every allocation: thread start-up, delayed frees, retired pages, huge blocks
@@ -536,7 +560,10 @@ void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero) {
   /* sizes above the direct table: the first page of the bin, while it has blocks (owner-only
    * state that the purger never touches, so no lock) */
   sm_page_t *page = size <= SM_LARGE_OBJ_MAX ? heap->pages[bin].first : NULL;
-  if (page != NULL && page->free != NULL) return page_pop_zero(page, size, zero);
+  if (page != NULL && page->free != NULL) {
+    void *p = page_pop_zero(page, size, zero);
+    if (p != NULL) return p;
+  }
   bool lock = !heap->locked_access; /* a locked part's caller holds its lock already */
   if (lock) {
     smi_deferred_free(false);
