@@ -19,10 +19,8 @@ static inline void *heap_malloc_zero(sm_heap_t *heap, size_t size) {
     sm_block_t *block = page->free;
     if (sm_likely(block != NULL)) {
       bool is_zero = page->free_is_zero;
-      if (SM_CHECK_FREES && sm_unlikely(smi_page_pop(page, block) == NULL)) return smi_malloc_generic(heap, size, true);
-#if !SM_CHECK_FREES
-      smi_page_pop(page, block);
-#endif
+      void *p = smi_page_pop(page, block);
+      if (SM_CHECK_FREES && sm_unlikely(p == NULL)) return smi_malloc_generic(heap, size, true); /* corrupted list */
       if (is_zero) block->next = NULL;
       else memset(block, 0, page->block_size); /* the whole block: rezalloc relies on it */
       return block;
@@ -216,7 +214,8 @@ size_t sm_usable_size(const void *p) { return smi_usable_size(p); }
 static sm_noinline void *heap_alloc_generic(sm_heap_t *heap, size_t size, bool zero) {
   return padding_finish(smi_malloc_generic(heap, padded(size), false), size, zero);
 }
-/* the popped block's link leaves its page: smi_page_pop reports it and ends the list there */
+/* the popped block's link leaves its page: smi_page_pop reports it and keeps the block, so the
+ * generic path finds another */
 static sm_noinline void *heap_alloc_bad_link(sm_heap_t *heap, sm_page_t *page, sm_block_t *block, size_t size, bool zero) {
   if (smi_page_pop(page, block) == NULL) return heap_alloc_generic(heap, size, zero);
   return padding_finish(block, size, zero);

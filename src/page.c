@@ -519,8 +519,8 @@ static sm_page_t *page_queue_find_free(sm_heap_t *heap, size_t bin) {
 }
 
 /* pop a block from a page with a free one; zero the first `size` bytes if asked (blocks carved from
- * fresh memory only need their link word cleared) */
-/* NULL: the checked builds found the list corrupted (reported; the caller looks again) */
+ * fresh memory only need their link word cleared). NULL: the checked builds found the list
+ * corrupted (reported; the caller looks again). */
 static void *page_pop_zero(sm_page_t *page, size_t size, bool zero) {
   bool is_zero = page->free_is_zero;
   void *p = smi_page_pop(page, page->free);
