@@ -10,6 +10,7 @@
  *   - sized free with a wrong size (free_sized, C++ sized operator delete) is reported and ignored
  *     with SHARDMALLOC_ABORT_ON_ERROR=0, and aborts by default;
  *   - sm_register_error's handler gets the error code when abort_on_error is off;
+ *   - a freed block whose link was overwritten is reported and never handed out again;
  *   - randomised free-list order: two processes see different address sequences, not a fixed
  *     stride, while the release build hands out a fresh page in ascending order;
  *   - randomised reuse: the first freed block handed out again is one of the last 8 freed, not
@@ -194,6 +195,16 @@ static int child(const char *c) {
     free(p);
     char *q = realloc(opaque_ptr(p), 13 * MiB);
     printf("child: realloc of the freed block returned %s\n", q == NULL ? "NULL" : "a block");
+    return 0;
+  }
+  if (!strcmp(c, "bad-link")) { /* SHARDMALLOC_ABORT_ON_ERROR=0: a freed block's link overwritten */
+    char *p = malloc(100);
+    free(p);
+    memset(opaque_ptr(p), 0x55, 8);
+    int again = -1;
+    for (int i = 0; i < 2000 && again < 0; i++)
+      if (malloc(100) == p) again = i;
+    printf("child: the written block came back at malloc %d\n", again);
     return 0;
   }
   if (!strcmp(c, "quarantine")) { /* run with SHARDMALLOC_QUARANTINE=8 (or not, as a control) */
@@ -406,6 +417,16 @@ int main(int argc, char **argv) {
     snprintf(want, sizeof want, "handler calls: 3: %d %d %d\n", EINVAL, EINVAL, EFAULT);
     CHECK(child_exited(&r, 0), "expected exit 0, seen %s; output:%s", child_how(&r), child_output(&r));
     CHECK(child_says(&r, want), "expected \"%s\" (double free, wrong sized free, overflow); output:%s", want, child_output(&r));
+  }
+
+  SECTION("a freed block whose link was overwritten: reported, never handed out again (ABORT_ON_ERROR=0)") {
+    run_secure(&r, "bad-link", "SHARDMALLOC_ABORT_ON_ERROR=0", NULL);
+    CHECK(child_exited(&r, 0), "expected exit 0, seen %s; output:%s", child_how(&r), child_output(&r));
+    CHECK(child_says(&r, "corrupted at block"), "expected the free-list report; output:%s", child_output(&r));
+    CHECK(child_says(&r, "came back at malloc -1"), "expected the block never handed out in 2000 mallocs; output:%s",
+          child_output(&r));
+    run_secure(&r, "bad-link", NULL, NULL);
+    CHECK(child_signaled(&r, SIGABRT), "expected SIGABRT by default, seen %s; output:%s", child_how(&r), child_output(&r));
   }
 
   SECTION("free-list order: random in the secure build, ascending in the release build") {
