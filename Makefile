@@ -4,7 +4,7 @@ BUILD   ?= build
 JOBS    ?= $(shell nproc)
 CMAKE_G := $(shell command -v ninja >/dev/null 2>&1 && echo -G Ninja)
 
-.PHONY: all release debug secure tsan ubsan test test-release test-sanitizers deps bench install clean
+.PHONY: all release debug secure tsan tsan-secure ubsan test test-release test-sanitizers deps bench install clean
 
 all: release
 
@@ -23,15 +23,18 @@ debug:
 	$(call configure,debug,-DCMAKE_BUILD_TYPE=Debug)
 tsan:
 	$(call configure,tsan,-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSM_SANITIZE=thread -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
+tsan-secure:
+	$(call configure,tsan-secure,-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSM_SANITIZE=thread -DSM_SECURE=ON -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
 ubsan:
 	$(call configure,ubsan,-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSM_SANITIZE=undefined -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
 
 deps:
 	@tools/install-deps
 
-# The whole suite: release tests, then the sanitizer runs (TSan: stress tests; UBSan: unit tests).
+# The whole suite: release tests, then the sanitizer runs (TSan: stress tests, release and secure
+# builds; UBSan: unit tests).
 test: deps
-	@$(MAKE) --no-print-directory release tsan ubsan
+	@$(MAKE) --no-print-directory release tsan tsan-secure ubsan
 	@tools/run-tests $(BUILD)
 
 bench: deps release

@@ -74,7 +74,7 @@ static sm_block_t *page_block_of(const sm_page_t *page, const void *p) {
 #if SM_CHECK_FREES
 static bool in_page_block(const sm_page_t *page, uintptr_t p) {
   uintptr_t start = (uintptr_t)smi_page_start(page);
-  return p >= start && p < start + (size_t)page->capacity * page->block_size && smi_block_offset(page, (void *)p) == 0;
+  return p >= start && p < start + (size_t)smi_page_capacity(page) * page->block_size && smi_block_offset(page, (void *)p) == 0;
 }
 
 /* never leaves the page, so a racy or corrupted list cannot make it read unmapped memory */
@@ -126,7 +126,7 @@ static sm_page_t *block_validate(const void *p) {
   }
   sm_page_t *page = smi_segment_page_of(segment, p);
   if (sm_unlikely(!page->in_use || (const uint8_t *)p < smi_page_start(page) ||
-                  (const uint8_t *)p >= smi_page_start(page) + (size_t)page->capacity * page->block_size)) {
+                  (const uint8_t *)p >= smi_page_start(page) + (size_t)smi_page_capacity(page) * page->block_size)) {
     smi_error(EINVAL, "free of an invalid pointer %p (not in a live block)", p);
     return NULL;
   }
@@ -185,7 +185,7 @@ static inline sm_page_t *free_check_fast(const void *p) {
     __asm__("" : "+r"(page)); /* computed once: gcc otherwise re-derives it from the index */
     uintptr_t start = (uintptr_t)smi_page_start(page);
     size_t bsize = page->block_size;
-    size_t limit = (size_t)page->capacity * bsize; /* carved blocks span [start, start + limit) */
+    size_t limit = (size_t)smi_page_capacity(page) * bsize; /* carved blocks span [start, start + limit) */
     uintptr_t offset = (uintptr_t)p - start;       /* p below start wraps above limit */
     uint64_t magic = page->block_magic;
     if (sm_likely(page->in_use && offset < limit && (uint64_t)(uint32_t)offset * magic < magic)) { /* a block start */

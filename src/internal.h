@@ -382,6 +382,14 @@ static inline bool smi_page_has_aligned(const sm_page_t *page) {
   return __atomic_load_n(&page->flags.x.has_aligned, __ATOMIC_RELAXED) != 0;
 }
 
+/* capacity grows (page_extend, by the owner) while other threads' frees read it to check their
+ * pointer (secure and debug builds): relaxed atomics. A block being freed was carved before it was
+ * handed out, so it lies below every value the read can return. */
+static inline uint32_t smi_page_capacity(const sm_page_t *page) { return __atomic_load_n(&page->capacity, __ATOMIC_RELAXED); }
+static inline void smi_page_set_capacity(sm_page_t *page, size_t capacity) {
+  __atomic_store_n(&page->capacity, (uint16_t)capacity, __ATOMIC_RELAXED);
+}
+
 /* the page's blocks with an index < capacity are carved; the rest of the page is untouched */
 static inline bool smi_page_is_expandable(const sm_page_t *page) { return page->capacity < page->reserved; }
 

@@ -341,7 +341,7 @@ static void page_extend(sm_page_t *page) {
     page->stat_handed = (uint16_t)extend;
     page->free = head;
     page->free_is_zero = page->mem_is_zero;
-    page->capacity = (uint16_t)(page->capacity + extend);
+    smi_page_set_capacity(page, page->capacity + extend);
     return;
   }
 #endif
@@ -351,7 +351,7 @@ static void page_extend(sm_page_t *page) {
   page->stat_handed = (uint16_t)extend;
   page->free = (sm_block_t *)first;
   page->free_is_zero = page->mem_is_zero && !SM_DEBUG;
-  page->capacity = (uint16_t)(page->capacity + extend);
+  smi_page_set_capacity(page, page->capacity + extend);
 }
 
 void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t area) {

@@ -25,11 +25,20 @@ _Static_assert(SM_BIN_COARSE_SHIFT == 13, "the table above switches to four clas
 _Static_assert(sizeof(smi_bin_sizes) / sizeof(smi_bin_sizes[0]) == SM_BIN_COUNT, "bin table size");
 _Static_assert(SM_CLASS(20, 8) == SM_LARGE_OBJ_MAX, "the last bin holds the largest large object");
 
-size_t sm_good_size(size_t size) {
+/* the block a request of `size` bytes gets */
+static size_t block_size_for(size_t size) {
   if (size <= SM_LARGE_OBJ_MAX) return smi_bin_size(smi_bin_of(size));
   if (size > SM_MAX_ALLOC_SIZE - SM_SEGMENT_SIZE) return size;
   /* huge blocks span whole segments after a one-page header (segment.c, smi_huge_alloc) */
   return smi_align_up(size + SM_HUGE_HEADER_SIZE + SM_GUARD_SIZE, SM_SEGMENT_SIZE) - SM_HUGE_HEADER_SIZE - SM_GUARD_SIZE;
+}
+
+/* The padded builds ask for SM_PADDING more bytes and keep them: the secure build's usable size is
+ * then exactly this (the debug build reports the requested size as usable, but any request up to
+ * this size gets the same block). */
+size_t sm_good_size(size_t size) {
+  if (SM_CHECK_FREES && size <= SM_MAX_ALLOC_SIZE - SM_PADDING) return block_size_for(size + SM_PADDING) - SM_PADDING;
+  return block_size_for(size);
 }
 
 #if SM_DEBUG

@@ -214,7 +214,7 @@ static bool stats_read_elsewhere(void) {
 }
 
 static size_t padding; /* debug/secure builds pad every request by 8 bytes */
-static size_t block_of(size_t size) { return sm_good_size(size + padding); }
+static size_t block_of(size_t size) { return sm_good_size(size) + padding; } /* good_size: up to the padding */
 
 /* ---- output capture ---- */
 typedef struct {
