@@ -630,18 +630,29 @@ static sm_page_t *segment_find_page(sm_segment_t *segment, size_t block_size, si
 
 #define SM_PURGE_LOOK 16 /* entries of the purge list tld_find_page looks at */
 
-/* a page from the tld's segments; large blocks go to the segment with the shortest free run that
- * holds them (best fit: long runs stay for big blocks) */
-static sm_page_t *tld_find_page(sm_tld_t *tld, int kind, size_t block_size, size_t *slots) {
+/* A page from the tld's segments; large blocks go to the segment with the shortest free run that
+ * holds them (best fit: long runs stay for big blocks). Small and medium pages: one whose memory
+ * is still there first, from the back of the purge list, where the most recently freed wait (the
+ * first unused page of the first segment may have been purged). For a size class whose pages
+ * filled up (`busy`), the page that carved the most among those: the new one will likely fill
+ * too, and in a page that carved little it would touch fresh memory while the fuller pages wait
+ * to be purged. (A class's first page often stays sparse: it takes the most recent one.) */
+static sm_page_t *tld_find_page(sm_tld_t *tld, int kind, size_t block_size, bool busy, size_t *slots) {
   if (kind != SM_SEGMENT_LARGE) {
-    /* a page whose memory is still there first: the most recently freed ones wait at the back
-     * of the purge list (the first unused page of the first segment may have been purged) */
-    size_t looked = 0;
+    sm_page_t *best = NULL;
+    size_t best_carved = 0, looked = 0;
     for (sm_page_t *page = tld->purge_last; page != NULL && looked < SM_PURGE_LOOK; page = page->prev, looked++) {
-      if ((int)smi_page_segment(page)->kind == kind) {
-        *slots = 1;
-        return page;
+      if ((int)smi_page_segment(page)->kind != kind) continue;
+      size_t carved = (size_t)page->capacity * page->block_size; /* its last use's; what is resident */
+      if (best == NULL || carved > best_carved) {
+        best = page;
+        best_carved = carved;
       }
+      if (!busy) break;
+    }
+    if (best != NULL) {
+      *slots = 1;
+      return best;
     }
     sm_segment_t *segment = kind == SM_SEGMENT_SMALL ? tld->small_free.first : tld->medium_free.first;
     return segment != NULL ? segment_find_page(segment, block_size, slots) : NULL;
@@ -708,12 +719,12 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size, bool busy)
   sm_segment_kind_t kind = block_size <= SM_SMALL_OBJ_MAX ? SM_SEGMENT_SMALL
                          : block_size <= SM_MEDIUM_OBJ_MAX ? SM_SEGMENT_MEDIUM : SM_SEGMENT_LARGE;
   size_t slots;
-  sm_page_t *page = tld_find_page(tld, kind, block_size, &slots);
+  sm_page_t *page = tld_find_page(tld, kind, block_size, busy, &slots);
   if (page == NULL) {
     /* before mapping more memory, adopt segments of threads that have ended (a thread's heap
      * only: their live blocks must never become part of a heap that may be destroyed) */
     if (heap->kind == SM_HEAP_THREAD && smi_segments_reclaim_abandoned(heap, 8, kind))
-      page = tld_find_page(tld, kind, block_size, &slots);
+      page = tld_find_page(tld, kind, block_size, busy, &slots);
     if (page == NULL) {
       sm_segment_t *fresh = segment_alloc(heap, kind);
       if (fresh == NULL) return NULL;

@@ -22,6 +22,10 @@
  *   resident-first SHARDMALLOC_PURGE_DELAY=60000: the upper half of 2 MiB of small pages freed
  *                  (resident), the lower half freed and purged: 1 MiB of blocks of another size
  *                  takes the resident pages (page faults counted), not the purged ones;
+ *   fullest-first  SHARDMALLOC_PURGE_DELAY=60000: eight fully carved pages freed, then four
+ *                  pages holding one block each: a size class that fills four new pages puts its
+ *                  first one on the sparse page freed last, the next three on full ones (page
+ *                  faults counted: about 15 instead of 60);
  *   sparse-trim    SHARDMALLOC_PURGE_DELAY=60000: a size class's first page that takes over a
  *                  freed page's resident 64 KiB keeps 16 KiB of it;
  *   span-rest      SHARDMALLOC_PURGE_DELAY=100: a 200 KiB block takes the first slots of a freed
@@ -689,6 +693,65 @@ static void case_resident_first(void) {
   }
 }
 
+/* ---------------------------------------------------------------- fullest-first */
+static uintptr_t slot_of(const void *p) { return (uintptr_t)p & ~(uintptr_t)(64 * KiB - 1); }
+
+static void case_fullest_first(void) {
+  SECTION("a size class that filled its pages takes the freed page that carved the most, not the last one freed") {
+    enum { FULL = 1024, FULL_N = 8 * 64, SPARSE = 4, MAX_PER_PAGE = 64, NEXT = 768, NEXT_N = 4 * 85 };
+    static const size_t sparse_size[SPARSE] = {1280, 1536, 1792, 2048};
+    sm_heap_t *heap = sm_heap_new();
+    static void *full[FULL_N], *first_page[SPARSE][MAX_PER_PAGE + 1], *next[NEXT_N];
+    void *lone[SPARSE];
+    /* four size classes fill a page each and put one block on a second page, which carves 4 KiB */
+    for (int c = 0; c < SPARSE; c++) {
+      for (int i = 0;; i++) {
+        void *p = sm_heap_malloc(heap, sparse_size[c]);
+        if (p == NULL || i > MAX_PER_PAGE) abort();
+        if (i > 0 && slot_of(p) != slot_of(first_page[c][0])) {
+          lone[c] = p;
+          break;
+        }
+        first_page[c][i] = p;
+      }
+    }
+    for (int i = 0; i < FULL_N; i++) { /* eight pages, every block carved and touched */
+      full[i] = sm_heap_malloc(heap, FULL);
+      if (full[i] == NULL) abort();
+      memset(full[i], 0x71, FULL);
+    }
+    /* the full pages go back first, the sparse ones last (each class keeps its first page, so
+     * its second one is not kept as the class's only page): the purge list ends with them */
+    for (int i = 0; i < FULL_N; i++) sm_free(full[i]);
+    for (int c = 0; c < SPARSE; c++) {
+      sm_free(first_page[c][0]);
+      sm_free(lone[c]);
+    }
+    long before = minor_faults();
+    for (int i = 0; i < NEXT_N; i++) {
+      next[i] = sm_heap_malloc(heap, NEXT);
+      if (next[i] == NULL) abort();
+      memset(next[i], 0x72, NEXT);
+    }
+    long faults = minor_faults() - before;
+    int on_full = 0;
+    for (int i = 0; i < NEXT_N; i++) {
+      for (int j = 0; j < FULL_N; j++) {
+        if (slot_of(next[i]) == slot_of(full[j])) {
+          on_full++;
+          break;
+        }
+      }
+    }
+    printf("      4 new pages of 768-byte blocks: %ld page faults (about 60 if all went on sparse pages), "
+           "%d of %d blocks on former full pages\n", faults, on_full, NEXT_N);
+    CHECK(faults < 32, "expected the pages after the first on fully carved memory (under 32 page faults), seen %ld", faults);
+    CHECK(on_full >= 2 * 85, "expected at least two pages' blocks on former full pages, seen %d blocks", on_full);
+    for (int i = 0; i < NEXT_N; i++) sm_free(next[i]);
+    sm_heap_destroy(heap); /* frees the sparse classes' first pages too */
+  }
+}
+
 /* ---------------------------------------------------------------- cached-reuse */
 static size_t resident_pages(void *start, size_t len) {
   static unsigned char vec[4 * MiB / 4096];
@@ -1001,7 +1064,7 @@ static void case_rounds(void) {
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|resident-first|cached-reuse|idle-race|rounds|cache-rhythm\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -1026,6 +1089,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "span-rest")) case_span_rest();
   else if (!strcmp(c, "sparse-trim")) case_sparse_trim();
   else if (!strcmp(c, "resident-first")) case_resident_first();
+  else if (!strcmp(c, "fullest-first")) case_fullest_first();
   else if (!strcmp(c, "idle-race")) case_idle_race();
   else if (!strcmp(c, "rounds")) case_rounds();
   else if (!strcmp(c, "cache-rhythm")) case_cache_rhythm();
