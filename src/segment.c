@@ -966,9 +966,6 @@ static _Atomic(bool) abandoned_lock;
 static sm_segment_t *abandoned_first, *abandoned_last;
 static _Atomic(size_t) abandoned_count;
 
-static bool abandoned_trylock(void) {
-  return !atomic_exchange_explicit(&abandoned_lock, true, memory_order_acquire);
-}
 static void abandoned_unlock(void) { atomic_store_explicit(&abandoned_lock, false, memory_order_release); }
 
 /* fork child: the lock may have been held by a thread that does not exist in the child. Its
@@ -977,9 +974,10 @@ void smi_abandoned_lock_reset(void) { atomic_store_explicit(&abandoned_lock, fal
 
 bool smi_segments_abandoned_any(void) { return atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0; }
 
-/* the oldest abandoned segment, now ours alone; NULL if none or the lock is busy (never waits) */
+/* the oldest abandoned segment, now ours alone; NULL if none. Waits for the lock: its holders
+ * only swap pointers, while giving up meant mapping a fresh segment (see docs/design.md). */
 static sm_segment_t *abandoned_pop(void) {
-  if (!abandoned_trylock()) return NULL;
+  smi_spin_lock(&abandoned_lock);
   sm_segment_t *segment = abandoned_first;
   if (segment != NULL) {
     abandoned_first = segment->abandoned_next;
