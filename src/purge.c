@@ -7,8 +7,9 @@
  * SHARDMALLOC_BACKGROUND_PURGE=2, always), a thread wakes every 100 ms and, for each heap
  * whose owner has not been in its slow path since the last look, *tries* the heap's slow-path
  * lock (smi_heap_collect_idle: full pages, purge list); then visits a few abandoned segments and
- * sweeps the segment cache. It never waits for a lock, so it never delays an active thread; an
- * owner that wakes up may wait for one bounded collection of its own heap.
+ * sweeps the segment cache. It never waits for a heap's lock, so it never delays an active thread
+ * by more than a pointer swap (the abandoned list's lock, which everyone waits for); an owner that
+ * wakes up may wait for one bounded collection of its own heap.
  * SHARDMALLOC_BACKGROUND_PURGE=0 turns it off (no thread is ever started).
  * A program that is single-threaded stays so: when the second-to-last allocating thread ends, it
  * does one last pass itself and stops and joins the purger before its own exit completes, so

@@ -1123,8 +1123,7 @@ static void segment_reclaim(sm_segment_t *segment, sm_heap_t *heap) {
 }
 
 /* Adopt abandoned segments, oldest first, until one offers an unused page of `kind` (or `max`
- * were taken). Segments whose blocks were all freed meanwhile go back to the cache on the way.
- * The lock is only tried: a thread never waits here. */
+ * were taken). Segments whose blocks were all freed meanwhile go back to the cache on the way. */
 bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max, int kind) {
   bool useful = false;
   for (size_t n = 0; n < max && !useful && atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0; n++) {
