@@ -966,8 +966,6 @@ static _Atomic(bool) abandoned_lock;
 static sm_segment_t *abandoned_first, *abandoned_last;
 static _Atomic(size_t) abandoned_count;
 
-static void abandoned_unlock(void) { atomic_store_explicit(&abandoned_lock, false, memory_order_release); }
-
 /* fork child: the lock may have been held by a thread that does not exist in the child. Its
  * critical sections only swap two pointers, so the list is intact either way. */
 void smi_abandoned_lock_reset(void) { atomic_store_explicit(&abandoned_lock, false, memory_order_relaxed); }
@@ -983,7 +981,7 @@ static sm_segment_t *abandoned_pop(void) {
     abandoned_first = segment->abandoned_next;
     if (abandoned_first == NULL) abandoned_last = NULL;
   }
-  abandoned_unlock();
+  smi_spin_unlock(&abandoned_lock);
   if (segment != NULL) atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
   return segment;
 }
@@ -1004,7 +1002,7 @@ static void abandoned_push(sm_segment_t *first, sm_segment_t *last, size_t count
   if (abandoned_last != NULL) abandoned_last->abandoned_next = first;
   else abandoned_first = first;
   abandoned_last = last;
-  abandoned_unlock();
+  smi_spin_unlock(&abandoned_lock);
   atomic_fetch_add_explicit(&abandoned_count, count, memory_order_relaxed);
 }
 
