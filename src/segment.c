@@ -256,6 +256,41 @@ static sm_segment_t *segment_cache_pop(size_t start, size_t min_units, size_t ma
   return NULL;
 }
 
+#if !SM_SECURE
+/* A huge block larger than every cached mapping: take the largest resident one and grow it
+ * (mremap moves its pages along), so that its memory is reused instead of unmapped after the
+ * delay while a fresh mapping takes page faults for the same amount. Plain OS memory only (arena
+ * and pinned memory cannot be remapped); the secure build's guard pages split a mapping into
+ * several, which mremap cannot move as one. NULL if there is none or the OS refuses. */
+static sm_segment_t *segment_cache_pop_grown(size_t units) {
+  if (atomic_load_explicit(&segment_cache_resident, memory_order_relaxed) == 0) return NULL;
+  _Atomic(uintptr_t) *best = NULL;
+  uintptr_t best_entry = 0;
+  for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
+    uintptr_t entry = atomic_load_explicit(&segment_cache[i], memory_order_relaxed);
+    size_t n = entry & SM_CACHE_UNITS_MASK;
+    if ((entry & SM_CACHE_RESIDENT) && n < units && n > (best_entry & SM_CACHE_UNITS_MASK)) {
+      best = &segment_cache[i];
+      best_entry = entry;
+    }
+  }
+  sm_segment_t *segment = (sm_segment_t *)(best_entry & ~(uintptr_t)SM_SEGMENT_MASK);
+  if (best == NULL || smi_arena_contains(segment) || smi_mem_is_pinned(segment) || !cache_take(best, best_entry))
+    return NULL;
+  size_t old_size = segment->map_size;
+  smi_mem_unpurged(segment->purged_bytes);
+  segment_map_set(segment, false);
+  sm_segment_t *grown = smi_mem_remap(segment, old_size, units << SM_SEGMENT_SHIFT, SM_SEGMENT_SIZE);
+  if (grown == NULL) { /* it was taken from the cache: give it back rather than put it there again */
+    smi_mem_free(segment, old_size, 0);
+    return NULL;
+  }
+  grown->map_start = (uint8_t *)grown;
+  grown->map_size = units << SM_SEGMENT_SHIFT;
+  return grown;
+}
+#endif
+
 /* take the cached entry that starts at `at`, if its memory is resident and it has at least
  * `units` segments */
 static sm_segment_t *segment_cache_take_at(const void *at, size_t units) {
@@ -845,6 +880,11 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
       smi_mem_unpurged(segment->purged_bytes);
       if (segment->map_size > map_size) segment_cache_split(segment, map_size);
     }
+#if !SM_SECURE
+    else if ((segment = segment_cache_pop_grown(units)) != NULL) {
+      mem_zero = false; /* its old part holds what was there */
+    }
+#endif
   }
   if (segment == NULL) {
     segment = os_alloc_or_flush(map_size, align, align == SM_SEGMENT_SIZE ? 0 : offset, false, &mem_zero);

@@ -38,6 +38,8 @@
  *                  split for a 3, a 7 and a 2.5 MiB block (best fit, front first), which reuse
  *                  its resident pages without page faults; a block grown by realloc into the
  *                  resident cached mapping right after it stays in place, again without faults;
+ *                  a block larger than every cached mapping grows the largest resident one
+ *                  (mremap), again without faults for what it held, and calloc clears it;
  *   idle-race      an owner that sleeps for 0-250 ms while another thread frees most of its blocks
  *                  and then wakes up and allocates, 40 times: the purger takes its emptied pages
  *                  in between (or while it wakes), and no block it kept loses its contents.
@@ -893,6 +895,34 @@ static void case_huge_split(void) {
     CHECK(faults < 180, "expected the new part to be the cached mapping's resident memory (under 180 faults), seen %ld", faults);
     CHECK(q[0] == 0x61 && q[3 * MiB - 1] == 0x61 && q[10 * MiB - 1] == 0x62, "the block holds what was written");
     free(q);
+  }
+  SECTION("a huge block larger than every cached mapping grows the largest resident one") {
+    sm_collect(true);
+    uint8_t *small = malloc(7 * MiB); /* an 8 MiB mapping, resident once freed */
+    if (small == NULL) abort();
+    memset(small, 0x41, 7 * MiB);
+    free(small);
+    long f0 = minor_faults();
+    uint8_t *big = malloc(15 * MiB);
+    if (big == NULL) abort();
+    memset(big, 0x42, 15 * MiB);
+    long faults = minor_faults() - f0;
+    printf("      page faults while writing a 15 MiB block after a resident 8 MiB mapping was freed: %ld "
+           "(3,840 pages, 1,792 beyond what the grown mapping holds)\n", faults);
+    CHECK(faults < 2600, "expected the freed mapping's resident pages reused (under 2,600 faults), seen %ld", faults);
+    CHECK(big[0] == 0x42 && big[15 * MiB - 1] == 0x42, "the block holds what was written");
+    free(big);
+    /* the grown mapping is not zero: calloc must clear what it reuses */
+    uint8_t *small2 = malloc(11 * MiB);
+    if (small2 == NULL) abort();
+    memset(small2, 0x43, 11 * MiB);
+    free(small2);
+    uint8_t *zeroed = calloc(1, 23 * MiB);
+    if (zeroed == NULL) abort();
+    size_t nonzero = 0;
+    for (size_t off = 0; off < 23 * MiB; off += 512) nonzero += zeroed[off] != 0;
+    CHECK(nonzero == 0, "calloc'ed memory reads 0 (%zu sampled bytes did not)", nonzero);
+    free(zeroed);
   }
 }
 
