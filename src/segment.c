@@ -259,11 +259,12 @@ static sm_segment_t *segment_cache_pop(size_t start, size_t min_units, size_t ma
 #if !SM_SECURE
 /* A huge block larger than every cached mapping: take the largest resident one and grow it
  * (mremap moves its pages along), so that its memory is reused instead of unmapped after the
- * delay while a fresh mapping takes page faults for the same amount. Plain OS memory only (arena
- * and pinned memory cannot be remapped); the secure build's guard pages split a mapping into
- * several, which mremap cannot move as one. NULL if there is none or the OS refuses. */
+ * delay while a fresh mapping takes page faults for the same amount. Plain OS memory only, and
+ * only while there are no arenas (pinned and arena memory cannot be remapped, and a program that
+ * reserved arenas wants its memory from them); the secure build's guard pages split a mapping
+ * into several, which mremap cannot move as one. NULL if there is none or the OS refuses. */
 static sm_segment_t *segment_cache_pop_grown(size_t units) {
-  if (atomic_load_explicit(&segment_cache_resident, memory_order_relaxed) == 0) return NULL;
+  if (atomic_load_explicit(&segment_cache_resident, memory_order_relaxed) == 0 || smi_arenas_count() > 0) return NULL;
   _Atomic(uintptr_t) *best = NULL;
   uintptr_t best_entry = 0;
   for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
@@ -275,8 +276,7 @@ static sm_segment_t *segment_cache_pop_grown(size_t units) {
     }
   }
   sm_segment_t *segment = (sm_segment_t *)(best_entry & ~(uintptr_t)SM_SEGMENT_MASK);
-  if (best == NULL || smi_arena_contains(segment) || smi_mem_is_pinned(segment) || !cache_take(best, best_entry))
-    return NULL;
+  if (best == NULL || smi_mem_is_pinned(segment) || !cache_take(best, best_entry)) return NULL;
   size_t old_size = segment->map_size;
   smi_mem_unpurged(segment->purged_bytes);
   segment_map_set(segment, false);
