@@ -4,7 +4,9 @@
  * that allocated them; some are reallocated (contents checked across the move).  Threads come and
  * go: each worker runs a fixed number of operations and exits, and a new one takes its place.
  * Some blocks are aligned (16 B .. 64 KiB), and another thread calls sm_collect all along.
- * Every block's contents are verified before it is freed or reallocated.
+ * Every block's contents are verified before it is freed or reallocated. Then: a producer/consumer
+ * run (memory freed remotely is reused), and the owner reusing another thread's freed blocks while
+ * it keeps freeing its own.
  *   default: standard malloc/free/realloc (the release build, linked to libshardmalloc.so)
  *   SM_TEST_SM_API: sm_malloc/sm_free/sm_realloc (the TSan build, where malloc is TSan's)
  * Options: --threads T --generations G --ops N (per worker). */
@@ -278,6 +280,41 @@ static void producer_consumer(long per_pair) {
   }
 }
 
+/* Blocks that another thread freed are reused even while the owner keeps freeing blocks of its own:
+ * each of the owner's refills then finds its own list non-empty, and one that always preferred it
+ * would never reach the other thread's blocks. */
+enum { RR_BLOCKS = 512 };
+static void *free_them(void *arg) {
+  void **v = arg;
+  for (int i = 0; i < RR_BLOCKS; i++) xfree(v[i]);
+  return NULL;
+}
+static void remote_reuse(void) {
+  SECTION("blocks freed by another thread are reused while the owner keeps freeing its own") {
+    static void *mine[RR_BLOCKS], *theirs[RR_BLOCKS];
+    for (int i = 0; i < RR_BLOCKS; i++) { /* interleaved: the same pages */
+      mine[i] = xmalloc(48);
+      theirs[i] = xmalloc(48);
+      if (mine[i] == NULL || theirs[i] == NULL) abort();
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, free_them, theirs);
+    pthread_join(t, NULL);
+    long reused = 0;
+    for (int round = 0; round < 8 * RR_BLOCKS; round++) {
+      int k = round % RR_BLOCKS;
+      xfree(mine[k]);
+      mine[k] = xmalloc(48);
+      if (mine[k] == NULL) abort();
+      for (int j = 0; j < RR_BLOCKS; j++) reused += mine[k] == theirs[j];
+    }
+    printf("  %d allocations after each free of the owner's own: %ld of them reused a block the other thread freed\n",
+           8 * RR_BLOCKS, reused);
+    CHECK(reused > 0, "expected the other thread's %d freed blocks to be reused, none were", RR_BLOCKS);
+    for (int i = 0; i < RR_BLOCKS; i++) xfree(mine[i]);
+  }
+}
+
 int main(int argc, char **argv) {
   sm_test_name = SM_TEST_SM_API ? "test-stress (sm_ API)" : "test-stress";
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -318,6 +355,7 @@ int main(int argc, char **argv) {
            atomic_load(&reallocs), atomic_load(&cross_frees), atomic_load(&collects));
   }
   producer_consumer(ops_per_worker >= 50000 ? 1000000 : (long)ops_per_worker * 10);
+  remote_reuse();
   sm_collect(true);
   return sm_test_summary();
 }
