@@ -470,8 +470,11 @@ void smi_page_retire(sm_page_t *page) {
  * grow: a coin flip at every refill had carved whole pages the program never needed (secure peak
  * RSS 1.28x release's over the quick suite, 1.03x this way). Returns whether the page was extended. */
 static bool page_collect_or_extend(sm_heap_t *heap, sm_page_t *page) {
-  smi_page_collect_remote(page);
   if (page->free != NULL) return false;
+  /* the other threads' list only while it is longer than local_free: the walk that links the two
+   * is then of local_free, whose lines this thread wrote (see page_refill) */
+  uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+  if (page->local_free == NULL || smi_tf_count(tf) > (uint32_t)(page->capacity - page->used)) smi_page_collect_remote(page);
   uint64_t r = smi_heap_random(heap);
   uint32_t waiting = (uint32_t)(page->capacity - page->used); /* all on local_free now */
   if (smi_page_is_expandable(page) && waiting < SM_SHUFFLE_GROUP && (r & SM_SHUFFLE_GROUP)) {
