@@ -276,7 +276,7 @@ static void case_threads(void) {
     sm_collect(true);
     void *big = sm_malloc(400 * MiB); /* everything went back: 101 contiguous units are free again */
     CHECK(big != NULL && smi_arena_contains(big), "after the threads, a 400 MiB block fits the arena: %p", big);
-    if (big == NULL) sm_stats_print(); /* what still holds the arena (seen once, not reproduced) */
+    if (big == NULL) sm_stats_print(); /* what still holds the arena */
     sm_free(big);
   }
 }
