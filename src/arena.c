@@ -374,6 +374,17 @@ void *smi_mem_remap(void *p, size_t old_size, size_t new_size, size_t alignment)
   return q;
 }
 
+/* Move the pages of the plain OS mapping [p, p+size) over [target, target+size), a fresh part of
+ * another mapping of ours whose size counts them already: the range p leaves is uncounted, the
+ * memory is not (what of it was purged, `purged` bytes, reads as zero and faults in when touched).
+ * False, nothing moved, for arena or pinned memory or when the OS refuses. */
+bool smi_mem_move_into(void *p, size_t size, size_t purged, void *target) {
+  if (arena_of(p) != NULL || arena_of(target) != NULL || !smi_os_move(p, size, size, target)) return false;
+  smi_count_add(SM_COUNT_RESERVED, -(int64_t)size);
+  smi_count_add(SM_COUNT_COMMITTED, -(int64_t)(size - purged));
+  return true;
+}
+
 /* [p, p+size) was purged (its memory given back; the range stays reserved), or is in use again */
 void smi_mem_purged(size_t size) {
   smi_stat_add(SM_STAT_PURGED, (int64_t)size);

@@ -183,6 +183,7 @@ void smi_sizeclass_check(void);
 void *smi_mem_alloc(size_t size, size_t alignment, size_t offset);
 void smi_mem_free(void *p, size_t size, size_t purged);
 void *smi_mem_remap(void *p, size_t old_size, size_t new_size, size_t alignment);
+bool smi_mem_move_into(void *p, size_t size, size_t purged, void *target);
 void smi_mem_purged(size_t size);
 void smi_mem_unpurged(size_t size);
 extern _Atomic(bool) smi_mem_ever; /* memory was ever handed out by this copy of the library */

@@ -257,29 +257,36 @@ static sm_segment_t *segment_cache_pop(size_t start, size_t min_units, size_t ma
 }
 
 #if !SM_SECURE
-/* A huge block larger than every cached mapping: take the largest resident one and grow it
- * (mremap moves its pages along), so that its memory is reused instead of unmapped after the
- * delay while a fresh mapping takes page faults for the same amount. Plain OS memory only, and
+/* The largest resident cached mapping of at most max_units segments, taken out of the cache and
+ * the segment map, for its pages to be moved (mremap) into a huge block: plain OS memory only, and
  * only while there are no arenas (pinned and arena memory cannot be remapped, and a program that
  * reserved arenas wants its memory from them); the secure build's guard pages split a mapping
- * into several, which mremap cannot move as one. NULL if there is none or the OS refuses. */
-static sm_segment_t *segment_cache_pop_grown(size_t units) {
+ * into several, which mremap cannot move as one. Its memory then needs no new page faults, where
+ * it would otherwise wait to be unmapped while fresh memory is faulted in. */
+static sm_segment_t *segment_cache_pop_largest(size_t max_units) {
   if (atomic_load_explicit(&segment_cache_resident, memory_order_relaxed) == 0 || smi_arenas_count() > 0) return NULL;
   _Atomic(uintptr_t) *best = NULL;
   uintptr_t best_entry = 0;
   for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
     uintptr_t entry = atomic_load_explicit(&segment_cache[i], memory_order_relaxed);
     size_t n = entry & SM_CACHE_UNITS_MASK;
-    if ((entry & SM_CACHE_RESIDENT) && n < units && n > (best_entry & SM_CACHE_UNITS_MASK)) {
+    if ((entry & SM_CACHE_RESIDENT) && n <= max_units && n > (best_entry & SM_CACHE_UNITS_MASK)) {
       best = &segment_cache[i];
       best_entry = entry;
     }
   }
   sm_segment_t *segment = (sm_segment_t *)(best_entry & ~(uintptr_t)SM_SEGMENT_MASK);
   if (best == NULL || smi_mem_is_pinned(segment) || !cache_take(best, best_entry)) return NULL;
+  segment_map_set(segment, false);
+  return segment;
+}
+
+/* a huge block larger than every cached mapping: the largest resident one, grown */
+static sm_segment_t *segment_cache_pop_grown(size_t units) {
+  sm_segment_t *segment = segment_cache_pop_largest(units - 1);
+  if (segment == NULL) return NULL;
   size_t old_size = segment->map_size;
   smi_mem_unpurged(segment->purged_bytes);
-  segment_map_set(segment, false);
   sm_segment_t *grown = smi_mem_remap(segment, old_size, units << SM_SEGMENT_SHIFT, SM_SEGMENT_SIZE);
   if (grown == NULL) { /* it was taken from the cache: give it back rather than put it there again */
     smi_mem_free(segment, old_size, 0);
@@ -288,6 +295,17 @@ static sm_segment_t *segment_cache_pop_grown(size_t units) {
   grown->map_start = (uint8_t *)grown;
   grown->map_size = units << SM_SEGMENT_SHIFT;
   return grown;
+}
+
+/* A huge block that realloc grew by remapping has a fresh tail [tail, tail + size), page faults
+ * to come as the program writes it: the largest resident cached mapping that fits there lends
+ * its pages instead, moved over the fresh ones (no copy; realloc leaves what is past the old size
+ * unspecified, and a zeroing realloc clears it). */
+static void huge_fill_tail(uint8_t *tail, size_t size) {
+  sm_segment_t *entry = segment_cache_pop_largest(size >> SM_SEGMENT_SHIFT);
+  if (entry == NULL) return;
+  size_t entry_size = entry->map_size, purged = entry->purged_bytes;
+  if (!smi_mem_move_into(entry, entry_size, purged, tail)) smi_mem_free(entry, entry_size, purged);
 }
 #endif
 
@@ -975,6 +993,9 @@ void *smi_huge_remap(sm_segment_t *segment, size_t newsize) {
     moved->cookie = (uintptr_t)moved ^ smi_process_secret;
     smi_page_set_start(&moved->pages[0], (uint8_t *)moved + offset);
     segment_map_set(moved, true);
+#if !SM_SECURE
+    if (map_size > old_size) huge_fill_tail((uint8_t *)moved + old_size, map_size - old_size);
+#endif
   }
   moved->size = moved->map_size = map_size;
   moved->pages[0].block_size = map_size - offset - SM_GUARD_SIZE;

@@ -39,7 +39,9 @@
  *                  its resident pages without page faults; a block grown by realloc into the
  *                  resident cached mapping right after it stays in place, again without faults;
  *                  a block larger than every cached mapping grows the largest resident one
- *                  (mremap), again without faults for what it held, and calloc clears it;
+ *                  (mremap), again without faults for what it held, and calloc clears it; a block
+ *                  that realloc grows by remapping (in place or moved) gets a resident cached
+ *                  mapping's pages for its new part, and sm_rezalloc clears them;
  *   idle-race      an owner that sleeps for 0-250 ms while another thread frees most of its blocks
  *                  and then wakes up and allocates, 40 times: the purger takes its emptied pages
  *                  in between (or while it wakes), and no block it kept loses its contents.
@@ -923,6 +925,36 @@ static void case_huge_split(void) {
     for (size_t off = 0; off < 23 * MiB; off += 512) nonzero += zeroed[off] != 0;
     CHECK(nonzero == 0, "calloc'ed memory reads 0 (%zu sampled bytes did not)", nonzero);
     free(zeroed);
+  }
+  SECTION("realloc growing a huge block by remapping fills its new part with a resident cached mapping's pages") {
+    sm_collect(true);
+    uint8_t *a = malloc(7 * MiB); /* 8 MiB mapping */
+    uint8_t *spacer = malloc(3 * MiB);
+    uint8_t *b = malloc(3 * MiB); /* 4 MiB mapping, not next to a's */
+    if (a == NULL || spacer == NULL || b == NULL) abort();
+    memset(a, 0x41, 7 * MiB);
+    memset(b, 0x42, 3 * MiB);
+    free(a); /* resident, cached */
+    long f0 = minor_faults();
+    uint8_t *q = realloc(b, 10 * MiB); /* 12 MiB: a new part of 8 MiB */
+    if (q == NULL) abort();
+    memset(q + 3 * MiB, 0x43, 7 * MiB);
+    long faults = minor_faults() - f0;
+    printf("      3 MiB block grown to 10 MiB (%s): %ld page faults writing the new 7 MiB (1,792 pages, 255 of them"
+           " in its old mapping, never written)\n", q == b ? "in place" : "moved", faults);
+    CHECK(faults < 450, "expected the new part past the old mapping to be the cached mapping's resident memory "
+          "(under 450 faults), seen %ld", faults);
+    CHECK(q[0] == 0x42 && q[3 * MiB - 1] == 0x42 && q[10 * MiB - 1] == 0x43, "the block holds what was written");
+    free(q); /* its dirty 12 MiB to the cache */
+    uint8_t *c = sm_zalloc(3 * MiB);
+    if (c == NULL) abort();
+    uint8_t *cz = sm_rezalloc(c, 10 * MiB); /* its new part comes from dirty memory: cleared */
+    if (cz == NULL) abort();
+    size_t nonzero = 0;
+    for (size_t off = 0; off < 10 * MiB; off += 512) nonzero += cz[off] != 0;
+    CHECK(nonzero == 0, "sm_rezalloc'ed memory reads 0 (%zu sampled bytes did not)", nonzero);
+    sm_free(cz);
+    free(spacer);
   }
 }
 
