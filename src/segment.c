@@ -256,12 +256,14 @@ static sm_segment_t *segment_cache_pop(size_t start, size_t min_units, size_t ma
   return NULL;
 }
 
-#if !SM_SECURE
+#if SM_SECURE
+static sm_segment_t *huge_move_guarded(sm_segment_t *segment, size_t offset, size_t old_size, size_t map_size);
+#endif
+
 /* The largest resident cached mapping of at most max_units segments, taken out of the cache and
  * the segment map, for its pages to be moved (mremap) into a huge block: plain OS memory only, and
  * only while there are no arenas (pinned and arena memory cannot be remapped, and a program that
- * reserved arenas wants its memory from them); the secure build's guard pages split a mapping
- * into several, which mremap cannot move as one. Its memory then needs no new page faults, where
+ * reserved arenas wants its memory from them). Its memory then needs no new page faults, where
  * it would otherwise wait to be unmapped while fresh memory is faulted in. */
 static sm_segment_t *segment_cache_pop_largest(size_t max_units) {
   if (atomic_load_explicit(&segment_cache_resident, memory_order_relaxed) == 0 || smi_arenas_count() > 0) return NULL;
@@ -287,7 +289,11 @@ static sm_segment_t *segment_cache_pop_grown(size_t units) {
   if (segment == NULL) return NULL;
   size_t old_size = segment->map_size;
   smi_mem_unpurged(segment->purged_bytes);
+#if SM_SECURE /* its guard pages make it several mappings: the blocks' part moves on its own */
+  sm_segment_t *grown = huge_move_guarded(segment, SM_HUGE_HEADER_SIZE, old_size, units << SM_SEGMENT_SHIFT);
+#else
   sm_segment_t *grown = smi_mem_remap(segment, old_size, units << SM_SEGMENT_SHIFT, SM_SEGMENT_SIZE);
+#endif
   if (grown == NULL) { /* it was taken from the cache: give it back rather than put it there again */
     smi_mem_free(segment, old_size, 0);
     return NULL;
@@ -297,10 +303,12 @@ static sm_segment_t *segment_cache_pop_grown(size_t units) {
   return grown;
 }
 
+#if !SM_SECURE
 /* A huge block that realloc grew by remapping has a fresh tail [tail, tail + size), page faults
  * to come as the program writes it: the largest resident cached mapping that fits there lends
  * its pages instead, moved over the fresh ones (no copy; realloc leaves what is past the old size
- * unspecified, and a zeroing realloc clears it). */
+ * unspecified, and a zeroing realloc clears it). Not in the secure build: a mapping's guard pages
+ * would land inside the block. */
 static void huge_fill_tail(uint8_t *tail, size_t size) {
   sm_segment_t *entry = segment_cache_pop_largest(size >> SM_SEGMENT_SHIFT);
   if (entry == NULL) return;
@@ -898,11 +906,9 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
       smi_mem_unpurged(segment->purged_bytes);
       if (segment->map_size > map_size) segment_cache_split(segment, map_size);
     }
-#if !SM_SECURE
     else if ((segment = segment_cache_pop_grown(units)) != NULL) {
       mem_zero = false; /* its old part holds what was there */
     }
-#endif
   }
   if (segment == NULL) {
     segment = os_alloc_or_flush(map_size, align, align == SM_SEGMENT_SIZE ? 0 : offset, false, &mem_zero);
