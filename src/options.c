@@ -106,8 +106,20 @@ static void option_store(sm_option_t opt, long value, int source) {
 
 /* ---- reading the environment ---- */
 
+/* ASCII only and no libc call: this runs at start-up of every program, and each libc function it
+ * calls costs the process up to 64 KiB of RSS (the kernel maps the libc text around a fault) */
+static bool same_ci(const char *s, const char *t, size_t len) {
+  for (size_t i = 0; i < len; i++) {
+    char a = s[i], b = t[i];
+    if (a >= 'A' && a <= 'Z') a = (char)(a + 'a' - 'A');
+    if (b >= 'A' && b <= 'Z') b = (char)(b + 'a' - 'A');
+    if (a != b) return false;
+    if (a == 0) return true;
+  }
+  return true;
+}
 static bool name_eq(const char *s, size_t len, const char *name) {
-  return strlen(name) == len && strncasecmp(s, name, len) == 0;
+  return strlen(name) == len && same_ci(s, name, len);
 }
 static int option_find(const char *s, size_t len) {
   for (int i = 0; i < _sm_option_last; i++)
@@ -118,7 +130,7 @@ static int option_find(const char *s, size_t len) {
 static const char *env_find(char **env, const char *prefix, const char *name) {
   size_t plen = strlen(prefix), nlen = strlen(name);
   for (char **e = env; *e != NULL; e++) {
-    if (strncasecmp(*e, prefix, plen) == 0 && strncasecmp(*e + plen, name, nlen) == 0 && (*e)[plen + nlen] == '=')
+    if (same_ci(*e, prefix, plen) && same_ci(*e + plen, name, nlen) && (*e)[plen + nlen] == '=')
       return *e + plen + nlen + 1;
   }
   return NULL;
@@ -198,7 +210,7 @@ static void conf_apply(const char *conf, bool report) {
 /* earlier in env than e, a SHARDMALLOC_ variable of the same name (in another case)? */
 static bool env_earlier(char **env, char **e, size_t len) {
   for (char **f = env; f < e; f++)
-    if (strncasecmp(*f, *e, len) == 0 && (*f)[len] == '=') return true;
+    if (same_ci(*f, *e, len) && (*f)[len] == '=') return true;
   return false;
 }
 
@@ -209,17 +221,24 @@ static void options_read(bool report) {
     for (int i = 0; i < _sm_option_last; i++) option_store((sm_option_t)i, options[i].value, FROM_DEFAULT);
   char **env = smi_os_environ(); /* NULL in setuid/setgid programs */
   if (env == NULL) return;
-  for (size_t a = 0; a < MIMALLOC_NAMES; a++) {
+  bool mimalloc_vars = false, our_vars = false; /* one pass over environ, usually the only one */
+  for (char **e = env; *e != NULL; e++) {
+    mimalloc_vars |= same_ci(*e, "MIMALLOC_", 9);
+    our_vars |= same_ci(*e, "SHARDMALLOC_", 12);
+  }
+  for (size_t a = 0; a < MIMALLOC_NAMES && mimalloc_vars; a++) {
     const char *value = env_find(env, "MIMALLOC_", mimalloc_names[a].name);
+    if (value == NULL) continue;
     char what[64];
     snprintf(what, sizeof what, "MIMALLOC_%s", mimalloc_names[a].name);
     for (char *c = what; *c; c++) *c = (char)toupper((unsigned char)*c);
-    if (value != NULL) option_apply(mimalloc_names[a].option, value, FROM_MIMALLOC + 16 * (int)a, report, what);
+    option_apply(mimalloc_names[a].option, value, FROM_MIMALLOC + 16 * (int)a, report, what);
   }
+  if (!our_vars) return;
   const char *conf = env_find(env, "SHARDMALLOC_", "CONF");
   if (conf != NULL) conf_apply(conf, report);
   for (char **e = env; *e != NULL; e++) {
-    if (strncasecmp(*e, "SHARDMALLOC_", 12) != 0) continue;
+    if (!same_ci(*e, "SHARDMALLOC_", 12)) continue;
     const char *key = *e + 12;
     size_t klen = strcspn(key, "=");
     const char *value = key[klen] == '=' ? key + klen + 1 : "";

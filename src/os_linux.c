@@ -22,7 +22,7 @@ static _Atomic(uintptr_t) os_hint;
 #define OS_HINT_END ((uintptr_t)4 << 40)
 
 void smi_os_init(void) {
-  long ps = sysconf(_SC_PAGESIZE);
+  unsigned long ps = getauxval(AT_PAGESZ); /* not sysconf: see same_ci in options.c */
   if (ps > 0) os_page_size = (size_t)ps;
   uint64_t r;
   smi_os_random_bytes(&r, sizeof r);
@@ -516,12 +516,14 @@ bool smi_os_parse_list(const char *s, uint16_t *map, size_t map_len, uint16_t va
  * that node's cpulist text (cpulists NULL: read sysfs). use_nodes > 0 caps the count. */
 bool smi_os_numa_setup(const char *online, const char *const *cpulists, long use_nodes) {
   static uint16_t online_map[OS_NUMA_MAX_NODES]; /* static: only ever used at start-up (and by tests) */
+  static bool set_before; /* the tables start zeroed (.bss): clearing them again would fault their pages in */
   size_t nodes = 0;
   bool ok = online != NULL;
-  memset(online_map, 0, sizeof online_map);
+  if (set_before) memset(online_map, 0, sizeof online_map);
   if (ok) ok = smi_os_parse_list(online, online_map, OS_NUMA_MAX_NODES, 1, &nodes);
   if (!ok || nodes == 0) nodes = 1;
-  memset(os_cpu_node, 0, sizeof os_cpu_node);
+  if (set_before) memset(os_cpu_node, 0, sizeof os_cpu_node);
+  set_before = true;
   bool map_ok = ok;
   for (size_t node = 0; node < nodes && map_ok; node++) {
     if (node >= OS_NUMA_MAX_NODES) { map_ok = false; break; }
