@@ -421,6 +421,32 @@ int main(int argc, char **argv) {
     CHECK_EQ(cb.freed - ab.freed, n_alloc);
   }
 
+  SECTION("peak: blocks that fill whole pages count while they are live, not only once freed") {
+    /* 32 MiB of 64-byte blocks, then 24 MiB of 192 KiB ones (large pages), all freed before the
+     * statistics are read: until 2026-11-25 a page's blocks were counted only when the page was
+     * refilled or given back, netted against their frees, so the peaks stayed near zero */
+    enum { SMALL = 32 * 1024 * 1024 / 64, LARGE = 128 };
+    void **p = sm_malloc(SMALL * sizeof *p);
+    CHECK(p != NULL, "the array");
+    sm_stats_merge();
+    CHECK(stats_read(), "read");
+    row_t n0 = row("normal"), l0 = row("large");
+    for (int i = 0; i < SMALL; i++) p[i] = sm_malloc(64);
+    for (int i = 0; i < SMALL; i++) sm_free(p[i]);
+    for (int i = 0; i < LARGE; i++) p[i] = sm_malloc(192 * 1024);
+    for (int i = 0; i < LARGE; i++) sm_free(p[i]);
+    sm_free(p);
+    sm_stats_merge();
+    CHECK(stats_read(), "read");
+    row_t n1 = row("normal"), l1 = row("large");
+    CHECK(n1.peak - n0.current >= 30LL * 1024 * 1024, "normal peak %lld, %lld before: 32 MiB were live", n1.peak,
+          n0.current);
+    CHECK(l1.peak - l0.current >= 22LL * 1024 * 1024, "large peak %lld, %lld before: 24 MiB were live", l1.peak,
+          l0.current);
+    CHECK_EQ(n1.current, n0.current);
+    CHECK_EQ(l1.current, l0.current);
+  }
+
   SECTION("sm_stats_merge: block figures lag until the allocating thread merges") {
     enum { N = 1000 }; /* 16 KiB of small blocks: far below the 1 MiB a heap adds on its own */
     static void *p[N];
