@@ -308,6 +308,27 @@ static void case_delay_never(void) {
   }
 }
 
+/* One thread, no purger (it starts only with a second thread): pages given back during a phase
+ * of frees were purged only by a later malloc's slow path, so a program that freed a burst in two
+ * steps and then slept kept all of it. Now a page given back also runs the purges that are due. */
+static void case_free_only(void) {
+  SECTION("one thread frees in two steps, no malloc between: the first step's pages are purged by the second") {
+    big_ptrs = map_array(BIG_COUNT * sizeof(void *));
+    size_t base = rss_now();
+    size_t peak = big_alloc(base);
+    for (int i = 0; i < BIG_COUNT / 2; i++) free(big_ptrs[i]);
+    sleep_ms(300); /* past the purge delay, even grown eight-fold */
+    for (int i = BIG_COUNT / 2; i < BIG_COUNT; i++) free(big_ptrs[i]);
+    size_t r = rss_now(); /* no allocation in between */
+    size_t after = r > base ? r - base : 0;
+    printf("      heap RSS: peak %zu MiB, right after the second half of the frees %.1f MiB\n", peak / MiB,
+           (double)after / (double)MiB);
+    CHECK(peak >= 64 * MiB, "expected the peak to hold 64 MiB, seen %zu MiB", peak / MiB);
+    CHECK(after < peak * 6 / 10, "expected the first half (freed 300 ms earlier) to be purged, seen %.1f of %zu MiB",
+          (double)after / (double)MiB, peak / MiB);
+  }
+}
+
 static void case_madv_free(void) {
   SECTION("SHARDMALLOC_PURGE_DECOMMITS=0 (MADV_FREE): works, sm_collect returns, memory reads right") {
     big_ptrs = map_array(BIG_COUNT * sizeof(void *));
@@ -1126,7 +1147,7 @@ static void case_rounds(void) {
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -1139,6 +1160,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "thread-churn")) case_thread_churn();
   else if (!strcmp(c, "delay-0")) case_delay0();
   else if (!strcmp(c, "delay-never")) case_delay_never();
+  else if (!strcmp(c, "free-only")) case_free_only();
   else if (!strcmp(c, "madv-free")) case_madv_free();
   else if (!strcmp(c, "no-background")) case_background(false);
   else if (!strcmp(c, "background")) case_background(true);
