@@ -206,17 +206,21 @@ SM_PUBLIC int mallopt(int param, int value) {
   return 1;
 }
 
-/* glibc's reporting extensions, from our gauges. There is no per-block accounting, so the
- * "in use" figure is the address space of segments that hold blocks (an upper bound). */
+/* glibc's reporting extensions, from the statistics, in glibc's meaning: `arena` is the memory
+ * taken from the OS for segments (committed, huge mappings apart), `uordblks` the bytes of the
+ * normal and large blocks in use (exact for the calling thread's heaps, which are merged first;
+ * other threads' lag by at most 1 MiB each, docs/api/stats.md), `fordblks` the rest of `arena`,
+ * `hblks`/`hblkhd` the huge blocks and their mappings. */
 #include <malloc.h>
 static void fill_mallinfo(size_t *arena, size_t *hblks, size_t *hblkhd, size_t *uord, size_t *ford) {
-  size_t mapped = (size_t)smi_count_current(SM_COUNT_RESERVED), huge = (size_t)smi_count_current(SM_COUNT_HUGE);
-  size_t cached = (size_t)smi_count_current(SM_COUNT_CACHED);
-  *arena = mapped > huge ? mapped - huge : 0;
+  sm_stats_merge();
+  int64_t committed = smi_count_current(SM_COUNT_COMMITTED), huge = smi_count_current(SM_COUNT_HUGE);
+  int64_t in_use = smi_count_current(SM_COUNT_NORMAL) + smi_count_current(SM_COUNT_LARGE);
+  *arena = committed > huge ? (size_t)(committed - huge) : 0;
   *hblks = (size_t)smi_count_current(SM_COUNT_HUGE_BLOCKS);
-  *hblkhd = huge;
-  *uord = *arena > cached ? *arena - cached : 0;
-  *ford = cached;
+  *hblkhd = huge > 0 ? (size_t)huge : 0;
+  *uord = in_use <= 0 ? 0 : (size_t)in_use < *arena ? (size_t)in_use : *arena;
+  *ford = *arena - *uord;
 }
 #if defined(__GLIBC__) /* musl has no mallinfo */
 SM_PUBLIC struct mallinfo2 mallinfo2(void) {
@@ -247,9 +251,9 @@ SM_PUBLIC int malloc_info(int options, FILE *out) {
   }
   size_t arena, hblks, hblkhd, uord, ford;
   fill_mallinfo(&arena, &hblks, &hblkhd, &uord, &ford);
-  fprintf(out, "<malloc version=\"shardmalloc-%d\">\n<system type=\"current\" size=\"%zu\"/>\n"
-               "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>\n<total type=\"cached\" size=\"%zu\"/>\n</malloc>\n",
-          SM_VERSION, arena + hblkhd, hblks, hblkhd, ford);
+  fprintf(out, "<malloc version=\"shardmalloc-%d\">\n<total type=\"rest\" size=\"%zu\"/>\n"
+               "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>\n<system type=\"current\" size=\"%zu\"/>\n</malloc>\n",
+          SM_VERSION, ford, hblks, hblkhd, arena + hblkhd);
   return 0;
 }
 

@@ -1,6 +1,6 @@
 /* test-stats.c: the statistics API (docs/api/stats.md): sm_stats_get_json, sm_stats_merge,
  * sm_stats_reset, sm_process_info, sm_stats_print_out, sm_thread_stats_print_out and
- * SHARDMALLOC_SHOW_STATS at exit (in a child process: `test-stats child`).
+ * SHARDMALLOC_SHOW_STATS at exit (in a child process: `test-stats child`), and glibc's mallinfo2.
  *
  * Figures are read back through the JSON, which a small validating parser turns into a table of
  * "path = value" entries ("counts.normal_blocks.total"); the parser is itself checked against
@@ -10,6 +10,9 @@
 #include "sm-test.h"
 
 #include <fcntl.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <shardmalloc.h>
 #include <stdbool.h>
@@ -474,6 +477,33 @@ int main(int argc, char **argv) {
     reader_call(-1);
     pthread_join(reader, NULL);
   }
+
+#if defined(__GLIBC__)
+  SECTION("mallinfo2: blocks in use, the rest of the segments' memory, huge blocks as mmapped") {
+    /* glibc's meaning: uordblks in use, fordblks free, their sum the arena; hblkhd mmapped.
+     * Until 2026-11-25 "in use" was the segments' address space less the cache. */
+    enum { N = 20000 };
+    static void *p[N];
+    struct mallinfo2 a = mallinfo2();
+    CHECK_EQ(a.uordblks + a.fordblks, a.arena);
+    for (int i = 0; i < N; i++) p[i] = malloc(1000); /* 20 MB in blocks of 1000 (1024 or 1040) */
+    void *huge = malloc(40 * MiB);
+    CHECK(huge != NULL, "40 MiB");
+    memset(huge, 1, 4096);
+    struct mallinfo2 b = mallinfo2();
+    long long grew = (long long)b.uordblks - (long long)a.uordblks;
+    CHECK(grew >= N * 1000LL && grew <= N * 1100LL, "in use grew by %lld for %d x 1000 bytes", grew, N);
+    CHECK_EQ(b.uordblks + b.fordblks, b.arena);
+    CHECK(b.hblkhd >= a.hblkhd + 40 * MiB && b.hblks == a.hblks + 1, "mmapped %zu -> %zu bytes, %zu -> %zu blocks",
+          a.hblkhd, b.hblkhd, a.hblks, b.hblks);
+    for (int i = 0; i < N; i++) free(p[i]);
+    free(huge);
+    struct mallinfo2 c = mallinfo2();
+    CHECK_EQ(c.uordblks, a.uordblks);
+    CHECK_EQ(c.hblks, a.hblks);
+    CHECK(c.hblkhd <= a.hblkhd, "mmapped back to %zu from %zu", c.hblkhd, a.hblkhd);
+  }
+#endif
 
   SECTION("huge blocks are counted exactly, with their whole mapping") {
     static const size_t sizes[] = {5 * MiB, 9 * MiB, 13 * MiB - 64 * KiB}; /* mappings of 8, 12, 16 MiB */
