@@ -488,6 +488,9 @@ def all_workloads(ctx, threads):
         Workload("mstress-N", "stress",
                  "mstress-style: N threads allocate, grow with realloc, free, and swap objects through a shared array; the threads are destroyed and recreated 20 times while many of their objects stay alive",
                  lambda ctx: [B(ctx, "mstress"), str(N), "20", str(sc(ctx, 250_000, 1000))], quick=True, threads=N),
+        Workload("startup", "stress",
+                 "short processes, as a shell script or a build runs them: one after the other, each loads the allocator, makes 300 allocations of 16-2,000 bytes and exits (peak RSS: the largest process)",
+                 lambda ctx: [B(ctx, "startup"), str(sc(ctx, 300, 20))], quick=True, threads=1),
         Workload("large", "stress",
                  "large blocks: 64 KiB to 32 MiB (log-uniform), half of the operations grow a block with realloc, at most 8 live, every page written",
                  lambda ctx: [B(ctx, "large"), str(sc(ctx, 2_000 if ctx.scale >= 1 else 1_200, 50))], quick=True, threads=1),
@@ -553,7 +556,7 @@ def all_workloads(ctx, threads):
 
 
 C_PROGRAMS = ["shsh", "larson", "xmalloc", "cache", "shbench", "alloctest", "mstress", "large",
-              "bigint", "trees", "micro", "bursts", "probe", "measure"]
+              "bigint", "trees", "micro", "bursts", "probe", "measure", "startup"]
 
 
 def which(prog):

@@ -524,7 +524,8 @@ bool smi_os_numa_setup(const char *online, const char *const *cpulists, long use
   if (!ok || nodes == 0) nodes = 1;
   if (set_before) memset(os_cpu_node, 0, sizeof os_cpu_node);
   set_before = true;
-  bool map_ok = ok;
+  /* one node: no node is ever looked up, so no cpu map (and no sysfs reads: every process pays them) */
+  bool map_ok = ok && (nodes > 1 || cpulists != NULL);
   for (size_t node = 0; node < nodes && map_ok; node++) {
     if (node >= OS_NUMA_MAX_NODES) { map_ok = false; break; }
     if (!online_map[node]) continue;
