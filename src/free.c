@@ -18,7 +18,7 @@ static sm_noinline void free_retire(sm_page_t *page) {
   if (page->used == 0 && page->in_use) smi_page_retire(page);
   /* pages given back earlier may be due: a program that frees a burst and then only frees (or
    * sleeps) takes no malloc slow path that would purge them */
-  if (heap->tld->purge_first != NULL || smi_segment_cache_pending()) smi_segments_purge_expired(heap->tld, false);
+  smi_segments_purge_due(heap->tld);
   smi_heap_unlock(heap);
 }
 

@@ -213,6 +213,10 @@ void smi_segment_cache_sweep_due(void);
 void smi_segment_cache_flush(void);
 void smi_segment_cache_purge_all(void);
 bool smi_segment_cache_pending(void);
+/* purge what is due, if anything waits (slow paths: a malloc's, a free that gives a page back) */
+static inline void smi_segments_purge_due(sm_tld_t *tld) {
+  if (tld->purge_first != NULL || smi_segment_cache_pending()) smi_segments_purge_expired(tld, false);
+}
 bool smi_segment_is_registered(const sm_segment_t *segment);
 const sm_segment_t *smi_segment_containing(const void *p); /* NULL if p is in no segment */
 void smi_segments_absorb(sm_tld_t *tld, sm_tld_t *from, uintptr_t thread_id);

@@ -247,12 +247,18 @@ static inline void page_refill_with(sm_page_t *page, sm_block_t *list, uint32_t 
 }
 _Static_assert(SM_STATS_FOLD_BLOCKS + SM_SMALL_PAGE_SIZE / 8 <= UINT16_MAX, "stat_freed cannot overflow");
 
+/* count the current free list's blocks as handed out, except `on_free` still on it, and `freed`
+ * more as freed; the page then starts counting afresh */
+static void page_fold_all(sm_page_t *page, uint32_t on_free, int64_t freed) {
+  page_fold(page);
+  page_account(page, (int64_t)page->stat_handed - on_free, freed);
+  page->stat_handed = page->stat_base_handed = 0;
+}
+
 /* the page goes back to its segment (or is destroyed): whatever is not on `free` counts as freed */
 void smi_stats_page_discard(sm_page_t *page) {
   uint32_t on_free = free_length(page);
-  page_fold(page);
-  page_account(page, (int64_t)page->stat_handed - on_free, (int64_t)page->capacity - on_free);
-  page->stat_handed = page->stat_base_handed = 0;
+  page_fold_all(page, on_free, (int64_t)page->capacity - on_free);
 }
 
 /* count everything up to now, and put local_free in front of free so nothing is counted twice */
@@ -415,9 +421,7 @@ static void page_to_full(sm_heap_t *heap, sm_page_t *page) {
    * pages would see them only when freed, netted against their frees (peak 60 KiB for 61 MiB of
    * live 64-byte blocks) */
   sm_assert(page->free == NULL);
-  page_fold(page);
-  page_account(page, page->stat_handed, 0);
-  page->stat_handed = page->stat_base_handed = 0;
+  page_fold_all(page, 0, 0);
   smi_page_queue_remove(heap, page);
   page->flags.x.in_full = 1;
   page_queue_append(heap, &heap->pages[SM_BIN_FULL], page);
@@ -563,7 +567,7 @@ static void *malloc_generic_locked(sm_heap_t *heap, size_t size, size_t bin, boo
   if (atomic_load_explicit(&heap->thread_delayed_free, memory_order_relaxed) != NULL) smi_heap_delayed_free(heap);
   if (heap->full_have_free) smi_heap_unfull_flagged(heap);
   if (calls >= heap->retired_next) smi_heap_retired_collect(heap, false); /* a kept page has expired */
-  if (heap->tld->purge_first != NULL || smi_segment_cache_pending()) smi_segments_purge_expired(heap->tld, false);
+  smi_segments_purge_due(heap->tld);
   if (sm_unlikely(size > SM_LARGE_OBJ_MAX)) return smi_huge_alloc(heap, size, 0, zero);
   for (;;) { /* once more after a corrupted list (checked builds) */
     sm_page_t *page = page_queue_find_free(heap, bin);
