@@ -303,19 +303,24 @@ static sm_segment_t *segment_cache_pop_grown(size_t units) {
   return grown;
 }
 
-#if !SM_SECURE
 /* A huge block that realloc grew by remapping has a fresh tail [tail, tail + size), page faults
  * to come as the program writes it: the largest resident cached mapping that fits there lends
  * its pages instead, moved over the fresh ones (no copy; realloc leaves what is past the old size
- * unspecified, and a zeroing realloc clears it). Not in the secure build: a mapping's guard pages
- * would land inside the block. */
+ * unspecified, and a zeroing realloc clears it). In the secure build only the part between the
+ * mapping's guard pages moves (it is one mapping; the guards must not land inside the block), to
+ * the tail's start: the tail's own end guard stays, the rest of the mapping is unmapped. */
 static void huge_fill_tail(uint8_t *tail, size_t size) {
   sm_segment_t *entry = segment_cache_pop_largest(size >> SM_SEGMENT_SHIFT);
   if (entry == NULL) return;
   size_t entry_size = entry->map_size, purged = entry->purged_bytes;
+#if SM_SECURE
+  size_t inner = entry_size - SM_HUGE_HEADER_SIZE - SM_GUARD_SIZE; /* <= size - SM_GUARD_SIZE */
+  smi_os_move((uint8_t *)entry + SM_HUGE_HEADER_SIZE, inner, inner, tail);
+  smi_mem_free(entry, entry_size, purged); /* what is left of it (a failed move: all of it) */
+#else
   if (!smi_mem_move_into(entry, entry_size, purged, tail)) smi_mem_free(entry, entry_size, purged);
-}
 #endif
+}
 
 /* take the cached entry that starts at `at`, if its memory is resident and it has at least
  * `units` segments */
@@ -999,9 +1004,7 @@ void *smi_huge_remap(sm_segment_t *segment, size_t newsize) {
     moved->cookie = (uintptr_t)moved ^ smi_process_secret;
     smi_page_set_start(&moved->pages[0], (uint8_t *)moved + offset);
     segment_map_set(moved, true);
-#if !SM_SECURE
     if (map_size > old_size) huge_fill_tail((uint8_t *)moved + old_size, map_size - old_size);
-#endif
   }
   moved->size = moved->map_size = map_size;
   moved->pages[0].block_size = map_size - offset - SM_GUARD_SIZE;

@@ -21,6 +21,7 @@
 
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 static const char *secure_lib, *release_lib;
 
@@ -187,6 +188,38 @@ static int child(const char *c) {
     memset(q, 0x5A, u);
     uintptr_t end = ((uintptr_t)q + u + 8 + 4096 + SEG_SIZE - 1) & ~(SEG_SIZE - 1);
     fprintf(stderr, "child: 5 MiB block %p grown to 13 MiB at %p, usable %zu\n", (void *)p, (void *)q, u);
+    poke(end - 4096, "the guard page at the end of the grown block's mapping");
+    return 0;
+  }
+  if (!strcmp(c, "guard-huge-realloc-filled")) {
+    /* SHARDMALLOC_PURGE_DELAY=60000: a freed 7 MiB block's 8 MiB mapping waits in the cache,
+     * resident. A 5 MiB block grown to 13 MiB gets a fresh 8 MiB tail, and the cached mapping's
+     * pages move in over it (no page faults to write it), its own guards left out: the grown
+     * block is writable up to its end guard, and that guard still stops a write. */
+    size_t (*usable)(const void *) = (size_t (*)(const void *))sym("sm_usable_size");
+    char *old = malloc(7 * MiB);
+    memset(old, 1, 7 * MiB);
+    char *p = malloc(5 * MiB);
+    fill_pattern(p, 5 * MiB, 5);
+    free(old);
+    char *q = realloc(p, 13 * MiB);
+    if (q == NULL || verify_pattern(q, 5 * MiB, 5) != (size_t)-1) {
+      fprintf(stderr, "child: realloc lost the block's contents\n");
+      return 3;
+    }
+    size_t u = usable(q);
+    struct rusage before, after;
+    getrusage(RUSAGE_SELF, &before);
+    memset(q, 0x5A, u);
+    getrusage(RUSAGE_SELF, &after);
+    long faults = after.ru_minflt - before.ru_minflt; /* 2048 for a fresh 8 MiB tail */
+    uintptr_t end = ((uintptr_t)q + u + 8 + 4096 + SEG_SIZE - 1) & ~(SEG_SIZE - 1);
+    fprintf(stderr, "child: 5 MiB block %p grown to 13 MiB at %p, usable %zu, %ld page faults to write it\n",
+            (void *)p, (void *)q, u, faults);
+    if (faults > 1024) {
+      fprintf(stderr, "child: the grown tail was not filled from the cached mapping\n");
+      return 3;
+    }
     poke(end - 4096, "the guard page at the end of the grown block's mapping");
     return 0;
   }
@@ -362,6 +395,7 @@ int main(int argc, char **argv) {
 
   SECTION("a huge block grown by realloc keeps its contents and its end guard: SIGSEGV") {
     expect_segv("guard-huge-realloc", NULL);
+    expect_segv("guard-huge-realloc-filled", "SHARDMALLOC_PURGE_DELAY=60000");
   }
   SECTION("realloc of a freed huge block to a larger size: reported, NULL (ABORT_ON_ERROR=0)") {
     run_secure(&r, "realloc-freed-huge", "SHARDMALLOC_ABORT_ON_ERROR=0", NULL);
