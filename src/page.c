@@ -339,18 +339,16 @@ static void page_extend(sm_page_t *page) {
     sm_block_t *head = NULL, *prev = NULL;
     for (size_t group = 0; group < extend; group += SM_SHUFFLE_GROUP) {
       size_t n = extend - group < SM_SHUFFLE_GROUP ? extend - group : SM_SHUFFLE_GROUP;
-      uint8_t order[SM_SHUFFLE_GROUP];
-      for (size_t i = 0; i < n; i++) order[i] = (uint8_t)i;
+      uint32_t order = 0x76543210; /* nibble i holds the i-th pick */
       uint64_t r = smi_heap_random(heap);
-      for (size_t i = n - 1; i > 0; i--) { /* Fisher-Yates, 8 random bits a step */
-        size_t j = (size_t)((r & 0xff) * (i + 1)) >> 8;
+      for (uint32_t i = (uint32_t)n - 1; i > 0; i--) { /* Fisher-Yates, 8 random bits a step */
+        uint32_t j = (uint32_t)((r & 0xff) * (i + 1)) >> 8;
         r >>= 8;
-        uint8_t t = order[i];
-        order[i] = order[j];
-        order[j] = t;
+        uint32_t x = ((order >> (4 * i)) ^ (order >> (4 * j))) & 0xf;
+        order ^= (x << (4 * i)) | (x << (4 * j));
       }
-      for (size_t i = 0; i < n; i++) {
-        sm_block_t *b = (sm_block_t *)(first + (group + order[i]) * bsize);
+      for (size_t i = 0; i < n; i++, order >>= 4) {
+        sm_block_t *b = (sm_block_t *)(first + (group + (order & 0xf)) * bsize);
         if (prev == NULL) head = b;
         else smi_block_set_next(page, prev, b);
         prev = b;
