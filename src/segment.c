@@ -170,6 +170,11 @@ static void rhythm_decay(purge_rhythm_t *r, uint64_t now) {
  * fitting entry without touching memory it does not own; an entry changes hands with one CAS, so
  * there is no lock and no ABA problem. Entries are purged (one-segment ones) or unmapped (larger)
  * once the purge delay has passed, by whichever thread sweeps next. */
+/* Without a purger (one thread), nothing purges the cache until the program calls in again: a
+ * program that frees a big buffer and then computes or sleeps would keep it all. Freed huge
+ * mappings larger than this are unmapped at once then, as glibc does above its mmap threshold
+ * (32 MiB at most) and jemalloc above 8 MiB; smaller ones still wait to be reused. */
+#define SM_HUGE_QUIET_MAX ((size_t)64 << 20)
 #define SM_CACHE_SLOTS 64
 #define SM_CACHE_MAX_UNITS 64 /* at most 256 MiB of address space waits in the cache */
 static _Atomic(uintptr_t) segment_cache[SM_CACHE_SLOTS];
@@ -1025,7 +1030,8 @@ void smi_huge_free(sm_segment_t *segment) {
   segment->pages[0].in_use = 0; /* a second free of it is then seen as invalid */
   smi_count_add(SM_COUNT_HUGE, -(int64_t)segment->map_size);
   smi_count_add(SM_COUNT_HUGE_BLOCKS, -1);
-  if ((uint8_t *)segment == segment->map_start) segment_cache_release(segment, smi_os_now_ms());
+  if ((uint8_t *)segment == segment->map_start && (segment->map_size <= SM_HUGE_QUIET_MAX || smi_purger_running()))
+    segment_cache_release(segment, smi_os_now_ms());
   else segment_os_free(segment);
 }
 

@@ -10,6 +10,9 @@
  *   delay-0        SHARDMALLOC_PURGE_DELAY=0: RSS drops right after freeing 64 MiB of 64 KiB
  *                  blocks in one thread, before any other allocation;
  *   delay-never    SHARDMALLOC_PURGE_DELAY=-1: it does not drop by itself; after sm_collect(true) it does;
+ *   huge-quiet     one thread frees a 100 MiB block and does nothing more: its RSS goes at the
+ *                  free (no purger runs to give the cached mapping back later); an 8 MiB block's
+ *                  mapping stays cached, resident, for the next huge request;
  *   madv-free      SHARDMALLOC_PURGE_DECOMMITS=0 (MADV_FREE): sm_collect returns, reused memory
  *                  holds what is written, calloc'ed memory reads 0;
  *   no-background  SHARDMALLOC_BACKGROUND_PURGE=0: no extra thread while two threads allocate;
@@ -525,6 +528,36 @@ static long minor_faults(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   return ru.ru_minflt;
+}
+
+static void case_huge_quiet(void) {
+  SECTION("one thread frees a 100 MiB block and goes quiet: its memory goes at the free") {
+    size_t base = rss_now();
+    uint8_t *big = malloc(100 * MiB);
+    if (big == NULL) abort();
+    memset(big, 0x42, 100 * MiB);
+    size_t peak = rss_now() - base;
+    free(big);
+    size_t r = rss_now(), after = r > base ? r - base : 0; /* no call in between */
+    printf("      RSS over the start: %zu MiB with the block, %.1f MiB right after its free\n", peak / MiB,
+           (double)after / (double)MiB);
+    CHECK(peak >= 100 * MiB, "expected the block to be resident, seen %zu MiB", peak / MiB);
+    CHECK(after < 10 * MiB, "expected the freed block's memory to go at once, seen %.1f MiB", (double)after / (double)MiB);
+  }
+  SECTION("an 8 MiB block's mapping stays cached for the next huge request (no new page faults)") {
+    uint8_t *p = malloc(8 * MiB);
+    if (p == NULL) abort();
+    memset(p, 0x43, 8 * MiB);
+    free(p);
+    long f0 = minor_faults();
+    uint8_t *q = malloc(8 * MiB);
+    if (q == NULL) abort();
+    memset(q, 0x44, 8 * MiB);
+    long faults = minor_faults() - f0;
+    printf("      page faults writing the second 8 MiB block: %ld (2,048 pages)\n", faults);
+    CHECK(faults < 256, "expected the cached mapping to be reused, seen %ld page faults", faults);
+    free(q);
+  }
 }
 static void prefault_child(void) {
   enum { N = 5 * 4 * 1024 * 1024 / 65536, SIZE = 60000 }; /* medium blocks: malloc touches one OS page of each */
@@ -1147,7 +1180,7 @@ static void case_rounds(void) {
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -1161,6 +1194,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "delay-0")) case_delay0();
   else if (!strcmp(c, "delay-never")) case_delay_never();
   else if (!strcmp(c, "free-only")) case_free_only();
+  else if (!strcmp(c, "huge-quiet")) case_huge_quiet();
   else if (!strcmp(c, "madv-free")) case_madv_free();
   else if (!strcmp(c, "no-background")) case_background(false);
   else if (!strcmp(c, "background")) case_background(true);
