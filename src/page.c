@@ -14,6 +14,7 @@
  * asks (delay state USE) to be told of the next remote free through the heap's delayed list,
  * once, so that it can come back. Called by alloc.c/free.c (generic paths) and heap.c. */
 #include "internal.h"
+#include "padding.h"
 
 #include <sched.h>
 
@@ -331,6 +332,11 @@ static void page_extend(sm_page_t *page) {
   memset(first, 0xDF, extend * bsize); /* fresh blocks look freed: malloc checks the pattern */
 #endif
 #if SM_SECURE
+  /* reused memory may hold the live canary of a block of an earlier life of the page, at the same
+   * place (a destroyed heap's blocks are not freed one by one): the new blocks get the freed
+   * mark, so that free's fast test cannot take a dangling pointer to one of them for live */
+  if (!page->mem_is_zero)
+    for (uint8_t *b = first; b <= last; b += bsize) smi_padding_mark_freed(b, bsize);
   if (extend > 1) {
     /* link the new blocks in a random order, shuffled within groups of SM_SHUFFLE_GROUP
      * consecutive blocks: each next address is a fresh pick among up to that many, and blocks
