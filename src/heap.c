@@ -80,7 +80,7 @@ void smi_heap_retired_collect(sm_heap_t *heap, bool force) {
 
 /* The purger left free blocks in full pages: bring those pages back to their bins. */
 void smi_heap_unfull_flagged(sm_heap_t *heap) {
-  heap->full_have_free = false;
+  __atomic_store_n(&heap->full_have_free, false, __ATOMIC_RELAXED); /* read without the lock: page_refill_quick */
   sm_page_t *page = heap->pages[SM_BIN_FULL].first;
   while (page != NULL) {
     sm_page_t *next = page->next;
@@ -190,7 +190,7 @@ void smi_heap_collect_idle(sm_heap_t *heap) {
     sm_page_t *next = page->next;
     smi_page_collect_remote(page);
     if (page->used == 0) smi_page_free_empty(heap, page);
-    else if (page->local_free != NULL) heap->full_have_free = true;
+    else if (page->local_free != NULL) __atomic_store_n(&heap->full_have_free, true, __ATOMIC_RELAXED);
     page = next;
   }
   bool found = false;
@@ -634,6 +634,7 @@ void sm_register_deferred_free(sm_deferred_free_fun *fun, void *arg) {
   atomic_store(&deferred_fun, fun);
 }
 
+bool smi_deferred_free_set(void) { return atomic_load_explicit(&deferred_fun, memory_order_relaxed) != NULL; }
 void smi_deferred_free(bool force) {
   sm_deferred_free_fun *fun = atomic_load_explicit(&deferred_fun, memory_order_acquire);
   if (sm_likely(fun == NULL) || deferred_running) return;

@@ -246,6 +246,7 @@ void smi_heap_unfull_flagged(sm_heap_t *heap);
 sm_heap_t *smi_heap_shared_part(sm_heap_t *heap); /* NULL when out of memory */
 void smi_heaps_disown(uintptr_t thread_id);     /* thread exit: its heaps are served with the lock from now on */
 void smi_deferred_free(bool force);
+bool smi_deferred_free_set(void);
 void smi_heaps_stats_sync(void); /* the calling thread's heaps and all locked parts: figures up to date */
 
 /* ---- purge.c: the background purger ---- */

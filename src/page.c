@@ -581,6 +581,28 @@ static void *malloc_generic_locked(sm_heap_t *heap, size_t size, size_t bin, boo
   }
 }
 
+#if !SM_CHECK_FREES
+/* The bin's first page ran out, and its owner freed blocks into it: local_free becomes `free`
+ * without the slow path (its lock, its clock reading for due purges, its checks), unless the slow
+ * path has work waiting (delayed frees, blocks in full pages, a deferred-free hook), the page is
+ * kept empty on a deadline, its statistics would be folded into the heap's (the purger may be
+ * doing that under the lock), or the other threads' list is the longer one. Every 16th refill
+ * takes the slow path anyway, so due purges and expired pages are still seen. The purger never
+ * touches a bin's first page, so no lock is needed. */
+static bool page_refill_quick(sm_heap_t *heap, sm_page_t *page) {
+  if (page->local_free == NULL || page->retire_ticks != 0 || heap->locked_access ||
+      __atomic_load_n(&heap->full_have_free, __ATOMIC_RELAXED) ||
+      atomic_load_explicit(&heap->thread_delayed_free, memory_order_relaxed) != NULL || smi_deferred_free_set() ||
+      (++heap->quick_refills & 15) == 0)
+    return false;
+  uint32_t on_local = (uint32_t)(page->capacity - page->used); /* free is empty: all on local_free */
+  uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+  if (smi_tf_count(tf) > on_local || page->stat_freed + on_local >= SM_STATS_FOLD_BLOCKS) return false;
+  page_refill_with(page, page->local_free, on_local);
+  return true;
+}
+#endif
+
 /* The slow path of every allocation: thread start-up, delayed frees, retired pages, huge blocks
  * and the page search. `zero`: the block must be zeroed (calloc). */
 void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero) {
@@ -592,6 +614,9 @@ void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero) {
   /* sizes above the direct table: the first page of the bin, while it has blocks (owner-only
    * state that the purger never touches, so no lock) */
   sm_page_t *page = size <= SM_LARGE_OBJ_MAX ? heap->pages[bin].first : NULL;
+#if !SM_CHECK_FREES
+  if (page != NULL && page->free == NULL && page_refill_quick(heap, page)) return page_pop_zero(page, size, zero);
+#endif
   if (page != NULL && page->free != NULL) {
     void *p = page_pop_zero(page, size, zero);
     if (p != NULL) return p;

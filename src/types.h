@@ -217,6 +217,7 @@ typedef struct sm_heap_s {
   struct sm_heap_s *user_next, *user_prev; /* user heaps: list of all of them (init.c) */
   struct sm_segment_s *huge_first; /* user heaps: their huge blocks (linked by segment next/prev) */
   bool full_have_free;        /* the purger left free blocks in full pages: owner, have a look */
+  uint32_t quick_refills;     /* refills that skipped the slow path (page.c, page_refill_quick) */
   int64_t stat_delta[8];      /* block statistics not yet added to the process totals (stats.c) */
 #if SM_SECURE
   void *quarantine[SM_QUARANTINE_MAX]; /* freed blocks waiting before their real free (FIFO ring) */
