@@ -359,23 +359,24 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
     sm_free(p);
     return NULL;
   }
+#if SM_CHECK_FREES
+  /* p must pass every check a free makes before anything of its block is read (a freed huge
+   * block's mapping may be gone); reported, and the bad call is ignored */
+  if (!smi_block_is_live(p)) return NULL;
+#endif
   size_t usable = smi_usable_size(p);
   bool aligned = alignment == 0 || (((uintptr_t)p + offset) & (alignment - 1)) == 0;
   if (!SM_CHECK_FREES && aligned && newsize <= usable && newsize >= usable / 2) return p;
 #if SM_CHECK_FREES
-  /* padded builds: the block stays if it passes every check a free makes; its padding is rewritten */
+  /* padded builds: the block stays; its padding is rewritten */
   size_t room = usable_raw(p) - SM_PADDING;
   if (aligned && newsize <= room && newsize >= room / 2) {
-    if (!smi_block_is_live(p)) return NULL; /* reported; the bad call is ignored */
     uint8_t *q = sm_expand(p, newsize);
     if (zero && q != NULL && newsize > usable) memset(q + usable, 0, newsize - usable);
     return q;
   }
 #endif
   if (!SM_TRACK && alignment == 0 && newsize > usable && newsize > SM_LARGE_OBJ_MAX) {
-#if SM_CHECK_FREES
-    if (!smi_block_is_live(p)) return NULL; /* reported; the bad call is ignored */
-#endif
     sm_segment_t *segment = smi_ptr_segment(p);
     if (segment->kind == SM_SEGMENT_HUGE && p == smi_page_start(&segment->pages[0])) {
       uint8_t *q = smi_huge_remap(segment, padded(newsize)); /* a huge block grows by moving pages, not bytes */
