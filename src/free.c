@@ -96,7 +96,7 @@ static bool list_contains(const sm_page_t *page, const sm_block_t *list, const s
  * lists, and another thread, which must not walk the owner's lists (they change under it),
  * checks the debug build's freed-memory fill. */
 static bool block_is_free(const sm_page_t *page, const sm_block_t *block, bool owner) {
-  uintptr_t next = (uintptr_t)smi_block_next(page, block);
+  uintptr_t next = (uintptr_t)smi_link_decode(page, smi_track_peek_word(block)); /* it may be live */
   if (next != 0 && !in_page_block(page, next)) return false;
   if (SM_SECURE) return true;
   if (owner) {

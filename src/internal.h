@@ -333,17 +333,21 @@ static inline sm_segment_t *smi_page_segment(const sm_page_t *page) {
  * neighbour, as in a tree node) then does not decode to a link into its page, so free's
  * double-free test need not scan the page's lists for it (free.c, block_is_free): a binary-tree
  * benchmark ran at 500x release's time with plain links, nearly every free a scan. */
-static inline sm_block_t *smi_block_next(const sm_page_t *page, const sm_block_t *block) {
-  smi_track_defined(block, sizeof *block);
+/* a link word as stored -> the block it links to */
+static inline sm_block_t *smi_link_decode(const sm_page_t *page, uintptr_t word) {
 #if SM_SECURE
-  sm_block_t *next = (sm_block_t *)(((uintptr_t)block->next ^ page->keys[0]) - page->keys[1]);
+  return (sm_block_t *)((word ^ page->keys[0]) - page->keys[1]);
 #elif SM_DEBUG
   (void)page;
-  sm_block_t *next = (sm_block_t *)((uintptr_t)block->next ^ smi_process_secret);
+  return (sm_block_t *)(word ^ smi_process_secret);
 #else
   (void)page;
-  sm_block_t *next = block->next;
+  return (sm_block_t *)word;
 #endif
+}
+static inline sm_block_t *smi_block_next(const sm_page_t *page, const sm_block_t *block) {
+  smi_track_defined(block, sizeof *block);
+  sm_block_t *next = smi_link_decode(page, (uintptr_t)block->next);
   smi_track_noaccess(block, sizeof *block);
   return next;
 }

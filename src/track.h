@@ -11,6 +11,7 @@
 #define SM_TRACK_H
 
 #if SM_VALGRIND
+#include <string.h>
 #include <valgrind/memcheck.h>
 #define smi_track_malloc(p, size, zero) VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, zero)
 #define smi_track_free(p, size) VALGRIND_FREELIKE_BLOCK(p, 0)
@@ -36,6 +37,26 @@ void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
 #define smi_track_noaccess(p, size) ((void)0)
 #endif
 #define SM_TRACK (SM_VALGRIND || SM_ASAN)
+
+/* A block's first word, read without changing what the memory checker knows of it: free's check
+ * reads it as a free-list link before it knows whether the block is live (realloc's check of a
+ * live block must leave the program's bytes as they were). */
+#if SM_VALGRIND
+static inline uintptr_t smi_track_peek_word(const void *p) {
+  uintptr_t word;
+  VALGRIND_DISABLE_ERROR_REPORTING;
+  memcpy(&word, p, sizeof word);
+  VALGRIND_ENABLE_ERROR_REPORTING;
+  VALGRIND_MAKE_MEM_DEFINED(&word, sizeof word); /* ours now, whatever the block's bytes were */
+  return word;
+}
+#elif SM_ASAN
+__attribute__((no_sanitize_address)) static inline uintptr_t smi_track_peek_word(const void *p) {
+  return *(const volatile uintptr_t *)p;
+}
+#else
+static inline uintptr_t smi_track_peek_word(const void *p) { return *(const uintptr_t *)p; }
+#endif
 /* the secure build checks frees and writes the padding inline; the debug and memory-checker builds
  * take the full, out-of-line checks every time */
 #define SM_INLINE_CHECKS (SM_SECURE && !SM_DEBUG && !SM_TRACK)
