@@ -24,13 +24,14 @@ static inline void smi_padding_write(uint8_t *b, size_t size, size_t usable) {
   memcpy(b + usable - SM_PADDING, &word, 8);
 }
 
-/* the canary is intact (no checker annotations: callers in memory-checker builds use the full
- * check in alloc.c) */
-static inline bool smi_padding_intact(const void *p, size_t usable) {
+/* what the canary's place holds (no checker annotations: callers in memory-checker builds use the
+ * full check in alloc.c) */
+static inline uint32_t smi_padding_canary(const void *p, size_t usable) {
   uint32_t canary;
   memcpy(&canary, (const uint8_t *)p + usable - SM_PADDING, 4);
-  return canary == smi_canary_of(p);
+  return canary;
 }
+static inline bool smi_padding_intact(const void *p, size_t usable) { return smi_padding_canary(p, usable) == smi_canary_of(p); }
 
 /* the secure build marks a freed block by turning its canary into this: free's fast test then
  * takes a second free for what it is without reading the block's first word */
@@ -40,9 +41,7 @@ static inline void smi_padding_mark_freed(void *p, size_t usable) {
   memcpy((uint8_t *)p + usable - SM_PADDING, &mark, 4);
 }
 static inline bool smi_padding_is_freed(const void *p, size_t usable) {
-  uint32_t canary;
-  memcpy(&canary, (const uint8_t *)p + usable - SM_PADDING, 4);
-  return canary == smi_freed_mark_of(p);
+  return smi_padding_canary(p, usable) == smi_freed_mark_of(p);
 }
 #endif
 
