@@ -257,6 +257,25 @@ static int child(const char *c) {
     for (int i = 0; i < 2000; i++) free(got[i]);
     return 0;
   }
+  if (!strcmp(c, "destroyed-heap-dangling")) { /* SHARDMALLOC_ABORT_ON_ERROR=0 */
+    /* a destroyed heap's blocks are not freed one by one: their canaries still say "live". A new
+     * heap takes the same page and carves it again; a dangling pointer to a block it carved but
+     * did not hand out must be seen as free */
+    void *(*heap_new)(void) = (void *(*)(void))sym("sm_heap_new");
+    void *(*heap_malloc)(void *, size_t) = (void *(*)(void *, size_t))sym("sm_heap_malloc");
+    void (*heap_destroy)(void *) = (void (*)(void *))sym("sm_heap_destroy");
+    void *h = heap_new(), *b[8];
+    for (int i = 0; i < 8; i++) b[i] = heap_malloc(h, 48);
+    heap_destroy(h);
+    void *h2 = heap_new();
+    void *q = heap_malloc(h2, 48);
+    void *p = b[0] == q ? b[1] : b[0];
+    free(opaque_ptr(p));
+    int times = 0;
+    for (int i = 0; i < 200; i++) times += heap_malloc(h2, 48) == p;
+    printf("child: the dangling block was handed out %d times\n", times);
+    return 0;
+  }
   if (!strcmp(c, "quarantine")) { /* run with SHARDMALLOC_QUARANTINE=8 (or not, as a control) */
     enum { K = 8 };
     void *keep[2000];
@@ -487,6 +506,13 @@ int main(int argc, char **argv) {
     CHECK(child_exited(&r, 0), "expected exit 0, seen %s; output:%s", child_how(&r), child_output(&r));
     CHECK(child_says(&r, "double free of"), "expected the double free reported; output:%s", child_output(&r));
     CHECK(!child_says(&r, "handed out 2 times"), "expected the block never handed out twice; output:%s", child_output(&r));
+  }
+
+  SECTION("a dangling pointer into a destroyed heap's page, carved again by a new heap: reported as a double free") {
+    run_secure(&r, "destroyed-heap-dangling", "SHARDMALLOC_ABORT_ON_ERROR=0", NULL);
+    CHECK(child_exited(&r, 0), "expected exit 0, seen %s; output:%s", child_how(&r), child_output(&r));
+    CHECK(child_says(&r, "double free of"), "expected the free reported as a double free; output:%s", child_output(&r));
+    CHECK(child_says(&r, "handed out 1 times"), "expected the block handed out once; output:%s", child_output(&r));
   }
 
   SECTION("free-list order: random in the secure build, ascending in the release build") {
