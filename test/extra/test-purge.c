@@ -530,6 +530,22 @@ static long minor_faults(void) {
   return ru.ru_minflt;
 }
 
+/* a block of `freed` bytes written and freed (its mapping then waits in the segment cache,
+ * resident), then a block of `size` bytes written with `byte`: returned, with the page faults its
+ * writing took in *faults */
+static uint8_t *fill_after_free(size_t freed, size_t size, int byte, long *faults) {
+  uint8_t *old = malloc(freed);
+  if (old == NULL) abort();
+  memset(old, 0x41, freed);
+  free(old);
+  long f0 = minor_faults();
+  uint8_t *p = malloc(size);
+  if (p == NULL) abort();
+  memset(p, byte, size);
+  *faults = minor_faults() - f0;
+  return p;
+}
+
 static void case_huge_quiet(void) {
   SECTION("one thread frees a 100 MiB block and goes quiet: its memory goes at the free") {
     size_t base = rss_now();
@@ -545,15 +561,8 @@ static void case_huge_quiet(void) {
     CHECK(after < 10 * MiB, "expected the freed block's memory to go at once, seen %.1f MiB", (double)after / (double)MiB);
   }
   SECTION("an 8 MiB block's mapping stays cached for the next huge request (no new page faults)") {
-    uint8_t *p = malloc(8 * MiB);
-    if (p == NULL) abort();
-    memset(p, 0x43, 8 * MiB);
-    free(p);
-    long f0 = minor_faults();
-    uint8_t *q = malloc(8 * MiB);
-    if (q == NULL) abort();
-    memset(q, 0x44, 8 * MiB);
-    long faults = minor_faults() - f0;
+    long faults;
+    uint8_t *q = fill_after_free(8 * MiB, 8 * MiB, 0x44, &faults);
     printf("      page faults writing the second 8 MiB block: %ld (2,048 pages)\n", faults);
     CHECK(faults < 256, "expected the cached mapping to be reused, seen %ld page faults", faults);
     free(q);
@@ -954,15 +963,8 @@ static void case_huge_split(void) {
   }
   SECTION("a huge block larger than every cached mapping grows the largest resident one") {
     sm_collect(true);
-    uint8_t *small = malloc(7 * MiB); /* an 8 MiB mapping, resident once freed */
-    if (small == NULL) abort();
-    memset(small, 0x41, 7 * MiB);
-    free(small);
-    long f0 = minor_faults();
-    uint8_t *big = malloc(15 * MiB);
-    if (big == NULL) abort();
-    memset(big, 0x42, 15 * MiB);
-    long faults = minor_faults() - f0;
+    long faults; /* 7 MiB: an 8 MiB mapping, resident once freed */
+    uint8_t *big = fill_after_free(7 * MiB, 15 * MiB, 0x42, &faults);
     printf("      page faults while writing a 15 MiB block after a resident 8 MiB mapping was freed: %ld "
            "(3,840 pages, 1,792 beyond what the grown mapping holds)\n", faults);
     CHECK(faults < 2600, "expected the freed mapping's resident pages reused (under 2,600 faults), seen %ld", faults);
