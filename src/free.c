@@ -185,12 +185,14 @@ static sm_noinline sm_page_t *free_check_full(const void *p) {
  * bad pointers, overflows) goes through free_check_full, which decides and reports.
  * The block-start test divides without a division (Lemire, Kaser and Kurz, "Faster remainder by
  * direct computation", 2019): with c = ceil(2^64 / d) (the page's block_magic), a 32-bit n is a
- * multiple of d exactly when n * c mod 2^64 < c. */
+ * multiple of d exactly when n * c mod 2^64 < c. A page not in use, and a huge segment's page,
+ * has block_magic 0, so that test fails for them too: no separate test of in_use or of the kind. */
 #if SM_INLINE_CHECKS
-static inline sm_page_t *free_check_fast(const void *p) {
+static inline sm_page_t *free_check_fast(const void *p, sm_segment_t **segment_out) {
   sm_segment_t *segment = smi_ptr_segment(p);
+  *segment_out = segment;
   /* the map first: a header is read only once the map says the segment is ours */
-  if (sm_likely(smi_segment_is_registered(segment) && segment->kind != SM_SEGMENT_HUGE)) {
+  if (sm_likely(smi_segment_is_registered(segment))) {
     sm_page_t *page = smi_segment_page_of(segment, p);
     __asm__("" : "+r"(page)); /* computed once: gcc otherwise re-derives it from the index */
     uintptr_t start = (uintptr_t)smi_page_start(page);
@@ -198,7 +200,7 @@ static inline sm_page_t *free_check_fast(const void *p) {
     size_t limit = (size_t)smi_page_capacity(page) * bsize; /* carved blocks span [start, start + limit) */
     uintptr_t offset = (uintptr_t)p - start;       /* p below start wraps above limit */
     uint64_t magic = page->block_magic;
-    if (sm_likely(page->in_use && offset < limit && (uint64_t)(uint32_t)offset * magic < magic && /* a block start */
+    if (sm_likely(offset < limit && (uint64_t)(uint32_t)offset * magic < magic && /* a block start */
                   smi_padding_intact(p, bsize))) /* live (freed ones carry the freed mark), no overflow */
       return page;
   }
@@ -209,7 +211,8 @@ static inline sm_page_t *free_check_fast(const void *p) {
 /* realloc in place: p must pass every check a free makes (reported the same way), nothing more */
 bool smi_block_is_live(const void *p) {
 #if SM_INLINE_CHECKS
-  if (sm_likely(free_check_fast(p) != NULL)) return true;
+  sm_segment_t *segment;
+  if (sm_likely(free_check_fast(p, &segment) != NULL)) return true;
 #endif
   return block_validate(p) != NULL;
 }
@@ -305,8 +308,7 @@ void smi_quarantine_flush(sm_heap_t *heap) {
 
 #if SM_CHECK_FREES
 /* p passed the checks: the secure options, then the free itself */
-static inline __attribute__((always_inline)) void free_checked(void *p, sm_page_t *page) {
-  sm_segment_t *segment = smi_page_segment(page);
+static inline __attribute__((always_inline)) void free_checked(void *p, sm_segment_t *segment, sm_page_t *page) {
 #if SM_SECURE
   /* both options are off by default: one test of the two, the work out of line */
   if (sm_unlikely(atomic_load_explicit(&smi_free_options_on, memory_order_relaxed))) {
@@ -320,7 +322,7 @@ static inline __attribute__((always_inline)) void free_checked(void *p, sm_page_
 /* every check, out of line (a separate function, so that free's fast path saves no registers) */
 static sm_noinline void free_check_full_then_free(void *p) {
   sm_page_t *page = free_check_full(p);
-  if (page != NULL) free_checked(p, page);
+  if (page != NULL) free_checked(p, smi_page_segment(page), page);
 }
 #endif
 
@@ -329,11 +331,12 @@ static sm_noinline void free_check_full_then_free(void *p) {
 static inline __attribute__((always_inline)) void smi_free(void *p) {
   if (sm_unlikely(p == NULL)) return;
 #if SM_INLINE_CHECKS
-  sm_page_t *page = free_check_fast(p);
+  sm_segment_t *segment;
+  sm_page_t *page = free_check_fast(p, &segment);
   if (sm_unlikely(page == NULL)) free_check_full_then_free(p);
   else {
     smi_padding_mark_freed(p, page->block_size);
-    free_checked(p, page);
+    free_checked(p, segment, page);
   }
 #elif SM_CHECK_FREES
   free_check_full_then_free(p);

@@ -827,6 +827,9 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size, bool busy)
 /* a page (span) of `segment` is no longer in use (tld: its owner's, or NULL) */
 static void segment_page_release(sm_tld_t *tld, sm_segment_t *segment, sm_page_t *page) {
   page->in_use = 0;
+#if SM_SECURE
+  page->block_magic = 0;
+#endif
   page->free = page->local_free = NULL;
   page->mem_is_zero = 0;
   if (segment->kind == SM_SEGMENT_LARGE)

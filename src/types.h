@@ -134,7 +134,8 @@ typedef struct sm_page_s {
   uint64_t purge_at;    /* unused page: ms at which it is purged; retired page: slow call at which it goes */
 #if SM_SECURE
   uintptr_t keys[2];    /* free-list pointer encoding */
-  uint64_t block_magic; /* ceil(2^64 / block_size): free's block-start test without a division */
+  uint64_t block_magic; /* ceil(2^64 / block_size): free's block-start test without a division;
+                         * 0 while the page is not in use and in huge segments (that test fails) */
 #endif
 } sm_page_t;
 
