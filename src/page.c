@@ -334,8 +334,10 @@ static void page_extend(sm_page_t *page) {
 #if SM_SECURE
   /* reused memory may hold the live canary of a block of an earlier life of the page, at the same
    * place (a destroyed heap's blocks are not freed one by one): the new blocks get the freed
-   * mark, so that free's fast test cannot take a dangling pointer to one of them for live */
-  if (!page->mem_is_zero)
+   * mark, so that free's fast test cannot take a dangling pointer to one of them for live (the
+   * debug fill above has already covered it, and a mark on the fill would read as a write after
+   * free) */
+  if (!page->mem_is_zero && !SM_DEBUG)
     for (uint8_t *b = first; b <= last; b += bsize) smi_padding_mark_freed(b, bsize);
   if (extend > 1) {
     /* link the new blocks in a random order, shuffled within groups of SM_SHUFFLE_GROUP
