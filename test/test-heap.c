@@ -261,6 +261,27 @@ int main(void) {
     sm_heap_destroy(heap);
   }
 
+  SECTION("aligned blocks up to 4 KiB come from a class of aligned blocks, not from inside a bigger block") {
+    /* an interior pointer sends every free of its page to the slow path (alloc.c) */
+    sm_heap_t *heap = sm_heap_new();
+    void *b[200];
+    size_t n = 0;
+    for (size_t a = 16; a <= 4096; a *= 2) {
+      size_t sizes[] = {a / 2 + 3, a, a + 8, 3 * a + 1};
+      for (size_t k = 0; k < 4; k++) {
+        b[n] = sm_heap_malloc_aligned(heap, sizes[k], a);
+        CHECK(b[n] != NULL && (uintptr_t)b[n] % a == 0, "%zu bytes aligned to %zu: %p", sizes[k], a, b[n]);
+        n++;
+      }
+    }
+    visit_t v;
+    memset(&v, 0, sizeof v);
+    CHECK(sm_heap_visit_blocks(heap, true, count_visitor, &v), "visit completes");
+    CHECK_EQ(v.blocks, n);
+    for (size_t i = 0; i < n; i++) CHECK(seen_in(&v, b[i]), "block %zu (%p) is the start of a block", i, b[i]);
+    sm_heap_destroy(heap);
+  }
+
   SECTION("every sm_heap_ allocation call") {
     sm_heap_t *heap = sm_heap_new();
     char *p;
