@@ -486,6 +486,7 @@ void smi_page_retire(sm_page_t *page) {
  * address is a pick among several, as with fresh carving, and a page with blocks to reuse does not
  * grow: a coin flip at every refill had carved whole pages the program never needed (secure peak
  * RSS 1.28x release's over the quick suite, 1.03x this way). Returns whether the page was extended. */
+static void page_reuse_from_random(sm_page_t *page, uint64_t r, uint32_t waiting);
 static bool page_collect_or_extend(sm_heap_t *heap, sm_page_t *page) {
   if (page->free != NULL) return false;
   /* the other threads' list only while it is longer than local_free: the walk that links the two
@@ -498,8 +499,15 @@ static bool page_collect_or_extend(sm_heap_t *heap, sm_page_t *page) {
     page_extend(page);
     return true;
   }
+  page_reuse_from_random(page, r, waiting);
+  return false;
+}
+
+/* local_free (its `waiting` blocks) becomes `free`, starting with a random one of its first
+ * SM_SHUFFLE_GROUP blocks (r: a random word) */
+static void page_reuse_from_random(sm_page_t *page, uint64_t r, uint32_t waiting) {
   sm_block_t *head = page->local_free, *before = NULL, *pick = head;
-  if (head == NULL) return false;
+  if (head == NULL) return;
   for (uint64_t skip = r % SM_SHUFFLE_GROUP; skip > 0; skip--) {
     sm_block_t *next = smi_block_next(page, pick);
     if (next == NULL || !smi_page_link_ok(page, next)) break; /* a bad link is reported when popped */
@@ -511,7 +519,6 @@ static bool page_collect_or_extend(sm_heap_t *heap, sm_page_t *page) {
     smi_block_set_next(page, pick, head);
   }
   page_refill_with(page, pick, waiting);
-  return false;
 }
 #endif
 
@@ -583,14 +590,16 @@ static void *malloc_generic_locked(sm_heap_t *heap, size_t size, size_t bin, boo
   }
 }
 
-#if !SM_CHECK_FREES
+#if !SM_CHECK_FREES || SM_INLINE_CHECKS
 /* The bin's first page ran out, and its owner freed blocks into it: local_free becomes `free`
  * without the slow path (its lock, its clock reading for due purges, its checks), unless the slow
  * path has work waiting (delayed frees, blocks in full pages, a deferred-free hook), the page is
  * kept empty on a deadline, its statistics would be folded into the heap's (the purger may be
  * doing that under the lock), or the other threads' list is the longer one. Every 16th refill
  * takes the slow path anyway, so due purges and expired pages are still seen. The purger never
- * touches a bin's first page, so no lock is needed. */
+ * touches a bin's first page, so no lock is needed. The secure build does it only while at
+ * least SM_SHUFFLE_GROUP blocks wait, and as its slow path would then (page_collect_or_extend):
+ * starting with a random one of them. */
 static bool page_refill_quick(sm_heap_t *heap, sm_page_t *page) {
   if (page->local_free == NULL || page->retire_ticks != 0 || heap->locked_access ||
       __atomic_load_n(&heap->full_have_free, __ATOMIC_RELAXED) ||
@@ -600,7 +609,13 @@ static bool page_refill_quick(sm_heap_t *heap, sm_page_t *page) {
   uint32_t on_local = (uint32_t)(page->capacity - page->used); /* free is empty: all on local_free */
   uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
   if (smi_tf_count(tf) > on_local || page->stat_freed + on_local >= SM_STATS_FOLD_BLOCKS) return false;
+#if SM_SECURE
+  /* what the slow path would do (page_collect_or_extend) when this many blocks wait */
+  if (on_local < SM_SHUFFLE_GROUP) return false;
+  page_reuse_from_random(page, smi_heap_random(heap), on_local);
+#else
   page_refill_with(page, page->local_free, on_local);
+#endif
   return true;
 }
 #endif
@@ -616,8 +631,11 @@ void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero) {
   /* sizes above the direct table: the first page of the bin, while it has blocks (owner-only
    * state that the purger never touches, so no lock) */
   sm_page_t *page = size <= SM_LARGE_OBJ_MAX ? heap->pages[bin].first : NULL;
-#if !SM_CHECK_FREES
-  if (page != NULL && page->free == NULL && page_refill_quick(heap, page)) return page_pop_zero(page, size, zero);
+#if !SM_CHECK_FREES || SM_INLINE_CHECKS
+  if (page != NULL && page->free == NULL && page_refill_quick(heap, page)) {
+    void *p = page_pop_zero(page, size, zero);
+    if (p != NULL) return p; /* NULL: a corrupted list (reported), the slow path looks again */
+  }
 #endif
   if (page != NULL && page->free != NULL) {
     void *p = page_pop_zero(page, size, zero);
