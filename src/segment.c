@@ -545,6 +545,18 @@ static void segment_protect(sm_segment_t *segment, size_t size) {
 #endif
 }
 
+/* pay a fresh mapping's page faults now (populate, eager_commit); not on its guard pages, where
+ * they would be a segfault */
+static void segment_populate(sm_segment_t *segment, size_t size) {
+#if SM_SECURE
+  uint8_t *blocks = (uint8_t *)segment + SM_SECURE_HEADER_SIZE + SM_GUARD_SIZE;
+  smi_os_populate(segment, SM_SECURE_HEADER_SIZE);
+  smi_os_populate(blocks, (size_t)((uint8_t *)segment + size - SM_GUARD_SIZE - blocks));
+#else
+  smi_os_populate(segment, size - SM_GUARD_SIZE);
+#endif
+}
+
 _Static_assert(sizeof(sm_segment_t) + sizeof(sm_page_t) <= SM_HUGE_HEADER_SIZE, "a huge header fits one page");
 #if SM_SECURE
 _Static_assert(sizeof(sm_segment_t) + SM_SMALL_PAGES_PER_SEGMENT * sizeof(sm_page_t) <= SM_SECURE_HEADER_SIZE,
@@ -637,7 +649,7 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
      * thread's first eager_commit_delay segments, so that short-lived threads stay cheap */
     if (smi_option(sm_option_populate) ||
         (smi_option(sm_option_eager_commit) && (long)tld->segment_count >= smi_option(sm_option_eager_commit_delay)))
-      smi_os_populate(segment, SM_SEGMENT_SIZE - SM_GUARD_SIZE);
+      segment_populate(segment, SM_SEGMENT_SIZE);
   }
   bool medium = kind == SM_SEGMENT_MEDIUM; /* small and large segments have 64 KiB slots */
   size_t count = medium ? SM_SEGMENT_SIZE / SM_MEDIUM_PAGE_SIZE : SM_SMALL_PAGES_PER_SEGMENT;
@@ -927,7 +939,7 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
     segment = os_alloc_or_flush(map_size, align, align == SM_SEGMENT_SIZE ? 0 : offset, false, &mem_zero);
     if (segment == NULL) return smi_enomem();
     segment_protect(segment, map_size);
-    if (smi_option(sm_option_populate)) smi_os_populate(segment, map_size - SM_GUARD_SIZE);
+    if (smi_option(sm_option_populate)) segment_populate(segment, map_size);
   }
   segment_init_header(segment, SM_SEGMENT_HUGE, 1, SM_HUGE_PAGE_SHIFT, map_size, 0, mem_zero);
   sm_page_t *page = &segment->pages[0];
