@@ -321,6 +321,7 @@ static inline __attribute__((always_inline)) void free_checked(void *p, sm_segme
 
 /* every check, out of line (a separate function, so that free's fast path saves no registers) */
 static sm_noinline void free_check_full_then_free(void *p) {
+  if (p == NULL) return; /* the secure build's fast test turns NULL away (it is in no segment) */
   sm_page_t *page = free_check_full(p);
   if (page != NULL) free_checked(p, smi_page_segment(page), page);
 }
@@ -329,8 +330,8 @@ static sm_noinline void free_check_full_then_free(void *p) {
 /* the body of sm_free and free: inlined into both (one function aliased to the other would make
  * valgrind, which replaces `free`, take sm_free for its own) */
 static inline __attribute__((always_inline)) void smi_free(void *p) {
-  if (sm_unlikely(p == NULL)) return;
 #if SM_INLINE_CHECKS
+  /* NULL fails the fast test (its segment is out of the map's range): no test of its own */
   sm_segment_t *segment;
   sm_page_t *page = free_check_fast(p, &segment);
   if (sm_unlikely(page == NULL)) free_check_full_then_free(p);
@@ -341,6 +342,7 @@ static inline __attribute__((always_inline)) void smi_free(void *p) {
 #elif SM_CHECK_FREES
   free_check_full_then_free(p);
 #else
+  if (sm_unlikely(p == NULL)) return;
   sm_segment_t *segment = smi_ptr_segment(p);
   free_block(p, segment, smi_segment_page_of(segment, p));
 #endif
