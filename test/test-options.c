@@ -577,6 +577,17 @@ static int run_check(const char *script, const char *lib, const char *cc, const 
     rc = run_argv(argv2, env);
     CHECK(rc == 2, "expected 2 (usage), seen %d, output:\n%s", rc, out);
   }
+  SECTION("options: an unknown one is refused with the usage; -- ends them") {
+    char *argv[] = {"/bin/bash", (char *)script, "--bogus", "/bin/true", NULL};
+    int rc = run_argv(argv, env);
+    CHECK(rc == 2, "expected 2 (usage), seen %d, output:\n%s", rc, out);
+    CHECK_LINE("unknown option --bogus", "");
+    CHECK_LINE("usage: shardmalloc-run", "--secure");
+    char *argv2[] = {"/bin/bash", (char *)script, "--check", "--", "/bin/true", NULL};
+    rc = run_argv(argv2, env);
+    CHECK(rc == 0, "exit %d, output:\n%s", rc, out);
+    CHECK_LINE("malloc is shardmalloc's", "/true");
+  }
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) printf("could not remove %s\n", dir);
