@@ -97,6 +97,7 @@ typedef enum {
   X(PAGE_PURGE, "pages purged")                           \
   X(PURGED, "bytes purged")                               \
   X(PAGE_TO_FULL, "pages moved to full")                  \
+  X(PAGE_REVIVE, "pages revived")                         \
   X(MMAP_CALLS, "mmap calls")                             \
   X(MUNMAP_CALLS, "munmap calls")
 typedef enum {
@@ -152,7 +153,7 @@ void smi_stats_print_at_exit(void); /* show_stats: the table or JSON (allocates 
 void smi_stats_heap_sync(sm_heap_t *heap);
 void smi_stats_heap_flush(sm_heap_t *heap);
 void smi_stats_page_sync(sm_page_t *page);
-void smi_stats_page_discard(sm_page_t *page);
+sm_block_t *smi_stats_page_discard(sm_page_t *page);
 
 static inline uint64_t smi_heap_random(sm_heap_t *heap) { /* xorshift64: cheap, per heap */
   uint64_t x = heap->random;
@@ -225,6 +226,7 @@ void smi_abandoned_lock_reset(void);
 /* ---- page.c ---- */
 void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero);
 void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t area);
+void smi_page_revive(sm_heap_t *heap, sm_page_t *page);
 void smi_page_collect(sm_page_t *page);
 void smi_page_collect_remote(sm_page_t *page);
 void smi_page_retire(sm_page_t *page);
