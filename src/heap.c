@@ -252,7 +252,6 @@ void smi_heap_collect(sm_heap_t *heap, bool force) {
  * then abandon the segments still holding live blocks. */
 void smi_heap_abandon(sm_heap_t *heap) {
   smi_heap_delayed_free(heap);
-  smi_stats_heap_sync(heap); /* counted by this heap up to here; from now on by whoever has the pages */
   for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) {
     for (sm_page_t *page = heap->pages[bin].first; page != NULL; page = page->next) {
       smi_page_set_delay(page, SM_DELAY_NEVER, false);
@@ -261,6 +260,9 @@ void smi_heap_abandon(sm_heap_t *heap) {
   /* no remote thread can push onto our delayed list any more: drain what arrived meanwhile */
   smi_heap_delayed_free(heap);
   heap_collect_pages(heap); /* memory is given back on its schedule, not at once (segment.c) */
+  /* counted by this heap up to here; from now on by whoever has the pages (after the collection:
+   * the empty pages it gave back were counted then, a walk of their lists each) */
+  smi_stats_heap_sync(heap);
   for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) {
     for (sm_page_t *page = heap->pages[bin].first; page != NULL; page = page->next) {
       atomic_store_explicit(&page->heap, NULL, memory_order_release);

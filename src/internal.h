@@ -153,7 +153,7 @@ void smi_stats_print_at_exit(void); /* show_stats: the table or JSON (allocates 
 void smi_stats_heap_sync(sm_heap_t *heap);
 void smi_stats_heap_flush(sm_heap_t *heap);
 void smi_stats_page_sync(sm_page_t *page);
-sm_block_t *smi_stats_page_discard(sm_page_t *page);
+void smi_stats_page_discard(sm_page_t *page);
 
 static inline uint64_t smi_heap_random(sm_heap_t *heap) { /* xorshift64: cheap, per heap */
   uint64_t x = heap->random;

@@ -194,10 +194,19 @@ static sm_block_t *free_tail(sm_page_t *page, uint32_t *n) {
   return tail;
 }
 
-static uint32_t free_length(sm_page_t *page) {
-  uint32_t n;
-  free_tail(page, &n);
-  return n;
+/* local_free appended to `free`, so that one list holds every free block the page has (and no
+ * block is counted twice). Returns how many were on `free`: the walk that finds its tail counts
+ * them; local_free is not walked. */
+static uint32_t page_join_local(sm_page_t *page) {
+  uint32_t on_free;
+  sm_block_t *tail = free_tail(page, &on_free);
+  if (page->local_free != NULL) {
+    if (tail != NULL) smi_block_set_next(page, tail, page->local_free);
+    else page->free = page->local_free;
+    page->local_free = NULL;
+    page->free_is_zero = false;
+  }
+  return on_free;
 }
 
 void smi_stats_heap_flush(sm_heap_t *heap) {
@@ -264,28 +273,22 @@ static void page_fold_all(sm_page_t *page, uint32_t on_free, int64_t freed) {
 }
 
 /* the page goes back to its segment (or is destroyed): whatever is not on `free` counts as freed.
- * Returns the last block of `free` (NULL if it is empty). */
-sm_block_t *smi_stats_page_discard(sm_page_t *page) {
-  uint32_t on_free;
-  sm_block_t *tail = free_tail(page, &on_free);
+ * Its free blocks end up on `free` (an empty page keeps them there for smi_page_revive). */
+void smi_stats_page_discard(sm_page_t *page) {
+  uint32_t on_free = page_join_local(page);
   page_fold_all(page, on_free, (int64_t)page->capacity - on_free);
-  return tail;
 }
 
-/* count everything up to now, and put local_free in front of free so nothing is counted twice */
+/* count everything up to now; the page's free blocks end up on `free` */
 void smi_stats_page_sync(sm_page_t *page) {
   smi_page_collect_remote(page);
-  uint32_t on_free = free_length(page), on_local = 0;
-  sm_block_t *tail = page->local_free != NULL ? list_tail(page, page->local_free, page->capacity, &on_local) : NULL;
-  if (tail == NULL) page->local_free = NULL; /* (cut where corrupted) */
+  uint32_t on_free = page_join_local(page);
+  /* the rest of the free blocks were on local_free (the other threads' are there now, and used
+   * counts blocks on a delayed list) */
+  int64_t on_local = (int64_t)page->capacity - page->used - on_free;
+  if (on_local < 0) on_local = 0; /* (a corrupted list was cut: its rest is leaked) */
   page_fold(page);
   page_account(page, (int64_t)page->stat_handed - on_free, on_local);
-  if (tail != NULL) {
-    smi_block_set_next(page, tail, page->free);
-    page->free = page->local_free;
-    page->local_free = NULL;
-    page->free_is_zero = false;
-  }
   page->stat_handed = page->stat_base_handed = (uint16_t)(on_free + on_local);
 }
 
@@ -478,16 +481,11 @@ void smi_page_unfull(sm_page_t *page) {
 /* ---- empty pages ---- */
 
 /* An empty page goes back to its segment with every block it carved on `free` (local_free
- * appended: the walk that counts `free` found its tail), so that the segment can give it back to
- * a page of the same size class as it is (smi_page_revive), without carving it again. */
+ * appended by the statistics' walk), so that the segment can give it back to a page of the same
+ * size class as it is (smi_page_revive), without carving it again. */
 void smi_page_free_empty(sm_heap_t *heap, sm_page_t *page) {
   sm_assert(page->used == 0);
-  sm_block_t *tail = smi_stats_page_discard(page);
-  if (page->local_free != NULL && page->used == 0) { /* (used: a corrupted list was cut) */
-    if (tail != NULL) smi_block_set_next(page, tail, page->local_free);
-    else page->free = page->local_free;
-    page->local_free = NULL;
-  }
+  smi_stats_page_discard(page);
   smi_page_queue_remove(heap, page);
   atomic_store_explicit(&page->heap, NULL, memory_order_release);
   smi_segment_page_free(page, heap->tld);
