@@ -97,7 +97,6 @@ typedef enum {
   X(PAGE_PURGE, "pages purged")                           \
   X(PURGED, "bytes purged")                               \
   X(PAGE_TO_FULL, "pages moved to full")                  \
-  X(PAGE_REVIVE, "pages revived")                         \
   X(MMAP_CALLS, "mmap calls")                             \
   X(MUNMAP_CALLS, "munmap calls")
 typedef enum {
@@ -226,7 +225,6 @@ void smi_abandoned_lock_reset(void);
 /* ---- page.c ---- */
 void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero);
 void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t area);
-void smi_page_revive(sm_heap_t *heap, sm_page_t *page);
 void smi_page_collect(sm_page_t *page);
 void smi_page_collect_remote(sm_page_t *page);
 void smi_page_retire(sm_page_t *page);

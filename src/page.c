@@ -272,10 +272,10 @@ static void page_fold_all(sm_page_t *page, uint32_t on_free, int64_t freed) {
   page->stat_handed = page->stat_base_handed = 0;
 }
 
-/* the page goes back to its segment (or is destroyed): whatever is not on `free` counts as freed.
- * Its free blocks end up on `free` (an empty page keeps them there for smi_page_revive). */
+/* the page goes back to its segment (or is destroyed): whatever is not on `free` counts as freed */
 void smi_stats_page_discard(sm_page_t *page) {
-  uint32_t on_free = page_join_local(page);
+  uint32_t on_free;
+  free_tail(page, &on_free);
   page_fold_all(page, on_free, (int64_t)page->capacity - on_free);
 }
 
@@ -414,25 +414,6 @@ void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t a
   sm_assert(page->reserved >= 1);
 }
 
-/* A page taken back from its segment for the size class it had, its memory still there: every
- * block it carved is on `free` (smi_page_free_empty), linked with its keys, and in the secure
- * build each carries the freed mark, as carved blocks do. It starts over from them as if they had
- * just been carved; the rest of the page is carved as usual when they run out. */
-void smi_page_revive(sm_heap_t *heap, sm_page_t *page) {
-  sm_assert(page->free != NULL && page->local_free == NULL && page->used == 0);
-  smi_stat_inc(SM_STAT_PAGE_REVIVE);
-  page->flags.all = 0;
-  page->free_is_zero = false;
-  page->retire_ticks = 0;
-  page->stat_freed = page->stat_base_handed = page->stat_base_capacity = 0;
-  page->stat_handed = page->capacity; /* counted like a carve of `capacity` blocks */
-  atomic_store_explicit(&page->thread_free, smi_tf_make(NULL, SM_DELAY_NONE), memory_order_relaxed);
-  atomic_store_explicit(&page->heap, heap, memory_order_release);
-#if SM_SECURE
-  page->block_magic = UINT64_MAX / page->block_size + 1;
-#endif
-}
-
 #if SM_CHECK_FREES
 void smi_page_list_corrupted(const sm_page_t *page, const sm_block_t *block) {
   smi_error(EFAULT, "free list of page %p (block size %zu) corrupted at block %p: written after free?",
@@ -480,9 +461,6 @@ void smi_page_unfull(sm_page_t *page) {
 
 /* ---- empty pages ---- */
 
-/* An empty page goes back to its segment with every block it carved on `free` (local_free
- * appended by the statistics' walk), so that the segment can give it back to a page of the same
- * size class as it is (smi_page_revive), without carving it again. */
 void smi_page_free_empty(sm_heap_t *heap, sm_page_t *page) {
   sm_assert(page->used == 0);
   smi_stats_page_discard(page);
@@ -585,7 +563,7 @@ static sm_page_t *page_queue_find_free(sm_heap_t *heap, size_t bin) {
     page = smi_segment_page_alloc(heap, smi_bin_size(bin), busy);
     if (page == NULL) return NULL;
     smi_page_queue_push(heap, page, bin);
-    if (page->free == NULL) page_extend(page); /* (a revived page has its blocks) */
+    page_extend(page);
   } else if (page != pq->first) { /* move it to the front so the direct table finds it */
     smi_page_queue_remove(heap, page);
     smi_page_queue_push(heap, page, bin);

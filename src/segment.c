@@ -450,7 +450,6 @@ static void page_purge(sm_segment_t *segment, sm_page_t *page, uint64_t now) {
   size_t slots = page_slots(segment, page);
   bool zero = smi_os_purge(smi_page_start(page), page_area(segment, page), smi_option(sm_option_purge_decommits) != 0);
   for (sm_page_t *slot = page; slot < page + slots; slot++) { /* kept per slot: spans change */
-    slot->free = NULL; /* its blocks are gone */
     slot->purge_at = now;
     slot->mem_is_zero = zero;
     if (!slot->is_purged) {
@@ -712,33 +711,7 @@ static sm_page_t *segment_find_page(sm_segment_t *segment, size_t block_size, si
   return NULL;
 }
 
-/* A new small page for a size class that has no other page (`busy`: it has, and they filled up)
- * keeps at most SM_SPARSE_KEEP bytes of the resident memory it takes over. Such a page often
- * stays nearly empty (a size class the thread uses a little, or one a growing block passes
- * through), and would keep the earlier page's memory resident for its few blocks: 2 MiB of
- * mstress's and larson's peaks, 0.3 MiB of redis's. Its blocks are carved from the start, so
- * what it needs comes back as it is carved. Only when the earlier page carved more than twice
- * that: the first pages of every short-lived thread pay the system call, and with a threshold
- * of 16 KiB SHSH chain-4 took 1.12x the time (1.00x with this one). */
-#define SM_SPARSE_KEEP ((size_t)16 * 1024)
-
-static void page_trim_taken(const sm_segment_t *segment, const sm_page_t *page, size_t touched) {
-  size_t area = page_area(segment, page);
-  if (touched > area) touched = area;
-  if (touched <= 2 * SM_SPARSE_KEEP || smi_option(sm_option_purge_delay) <= 0 || smi_mem_is_pinned(segment)) return;
-  smi_os_purge(smi_page_start(page) + SM_SPARSE_KEEP, touched - SM_SPARSE_KEEP, smi_option(sm_option_purge_decommits) != 0);
-}
-
-/* A page that had this size class and still has its blocks can be taken back as it is
- * (smi_page_revive), except as a size class's first page (not `busy`) when page_trim_taken would
- * have left it less resident memory. */
-static bool page_revivable(const sm_page_t *page, size_t block_size, bool busy) {
-  return page->free != NULL && page->block_size == block_size &&
-         (busy || smi_page_segment(page)->kind != SM_SEGMENT_SMALL || (size_t)page->capacity * block_size <= 2 * SM_SPARSE_KEEP);
-}
-
-#define SM_PURGE_LOOK 16  /* entries of the purge list tld_find_page chooses among */
-#define SM_REVIVE_LOOK 64 /* entries it looks at for a page of the same size class */
+#define SM_PURGE_LOOK 16 /* entries of the purge list tld_find_page looks at */
 
 /* A page from the tld's segments; large blocks go to the segment with the shortest free run that
  * holds them (best fit: long runs stay for big blocks). Small and medium pages: one whose memory
@@ -746,25 +719,19 @@ static bool page_revivable(const sm_page_t *page, size_t block_size, bool busy) 
  * first unused page of the first segment may have been purged). For a size class whose pages
  * filled up (`busy`), the page that carved the most among those: the new one will likely fill
  * too, and in a page that carved little it would touch fresh memory while the fuller pages wait
- * to be purged. (A class's first page often stays sparse: it takes the most recent one.) Before
- * any of those, a page that had this size class and still has its blocks: it needs no carving
- * (smi_page_revive), and programs that free a burst and allocate it again get their pages back. */
+ * to be purged. (A class's first page often stays sparse: it takes the most recent one.) */
 static sm_page_t *tld_find_page(sm_tld_t *tld, int kind, size_t block_size, bool busy, size_t *slots) {
   if (kind != SM_SEGMENT_LARGE) {
     sm_page_t *best = NULL;
     size_t best_carved = 0, looked = 0;
-    for (sm_page_t *page = tld->purge_last; page != NULL && looked < SM_REVIVE_LOOK; page = page->prev, looked++) {
+    for (sm_page_t *page = tld->purge_last; page != NULL && looked < SM_PURGE_LOOK; page = page->prev, looked++) {
       if ((int)smi_page_segment(page)->kind != kind) continue;
-      if (page_revivable(page, block_size, busy)) {
-        best = page;
-        break;
-      }
-      if (looked >= SM_PURGE_LOOK || (!busy && best != NULL)) continue; /* looking on for one to revive */
       size_t carved = (size_t)page->capacity * page->block_size; /* its last use's; what is resident */
       if (best == NULL || carved > best_carved) {
         best = page;
         best_carved = carved;
       }
+      if (!busy) break;
     }
     if (best != NULL) {
       *slots = 1;
@@ -813,6 +780,23 @@ static bool span_take(sm_tld_t *tld, sm_segment_t *segment, sm_page_t *page, siz
   return zero;
 }
 
+/* A new small page for a size class that has no other page (`busy`: it has, and they filled up)
+ * keeps at most SM_SPARSE_KEEP bytes of the resident memory it takes over. Such a page often
+ * stays nearly empty (a size class the thread uses a little, or one a growing block passes
+ * through), and would keep the earlier page's memory resident for its few blocks: 2 MiB of
+ * mstress's and larson's peaks, 0.3 MiB of redis's. Its blocks are carved from the start, so
+ * what it needs comes back as it is carved. Only when the earlier page carved more than twice
+ * that: the first pages of every short-lived thread pay the system call, and with a threshold
+ * of 16 KiB SHSH chain-4 took 1.12x the time (1.00x with this one). */
+#define SM_SPARSE_KEEP ((size_t)16 * 1024)
+
+static void page_trim_taken(const sm_segment_t *segment, const sm_page_t *page, size_t touched) {
+  size_t area = page_area(segment, page);
+  if (touched > area) touched = area;
+  if (touched <= 2 * SM_SPARSE_KEEP || smi_option(sm_option_purge_delay) <= 0 || smi_mem_is_pinned(segment)) return;
+  smi_os_purge(smi_page_start(page) + SM_SPARSE_KEEP, touched - SM_SPARSE_KEEP, smi_option(sm_option_purge_decommits) != 0);
+}
+
 sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size, bool busy) {
   sm_tld_t *tld = heap->tld;
   sm_segment_kind_t kind = block_size <= SM_SMALL_OBJ_MAX ? SM_SEGMENT_SMALL
@@ -835,13 +819,11 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size, bool busy)
   smi_count_add(SM_COUNT_PAGES, 1);
   page->in_use = 1;
   segment->used++;
-  /* the earlier page's descriptor is still there: what it carved is what may be resident, and if
-   * it had this size class, its blocks are still linked on `free` (purging drops them) */
-  bool revive = page_revivable(page, block_size, busy);
+  /* the earlier page's descriptor is still there: what it carved is what may be resident */
   bool resident = !page->is_purged && !page->mem_is_zero;
   size_t touched = resident ? (size_t)page->capacity * page->block_size : 0;
   page->mem_is_zero = span_take(tld, segment, page, slots); /* before span_slots: it reads the entry's */
-  if (kind == SM_SEGMENT_SMALL && !busy && !revive) page_trim_taken(segment, page, touched);
+  if (kind == SM_SEGMENT_SMALL && !busy) page_trim_taken(segment, page, touched);
   if (kind == SM_SEGMENT_LARGE) {
     page->span_slots = (uint8_t)slots;
     span_map_set(tld, segment, segment->span_map | span_mask((size_t)(page - segment->pages), slots));
@@ -850,8 +832,7 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size, bool busy)
     segment_queue_remove(segment_free_queue(tld, segment), segment);
     segment->in_free_queue = 0;
   }
-  if (revive) smi_page_revive(heap, page);
-  else smi_page_init(heap, page, block_size, page_area(segment, page));
+  smi_page_init(heap, page, block_size, page_area(segment, page));
   return page;
 }
 
@@ -861,9 +842,7 @@ static void segment_page_release(sm_tld_t *tld, sm_segment_t *segment, sm_page_t
 #if SM_SECURE
   page->block_magic = 0;
 #endif
-  /* every carved block on `free` (smi_page_free_empty): kept for smi_page_revive */
-  if (page->used != 0 || page->local_free != NULL || segment->kind == SM_SEGMENT_LARGE) page->free = NULL;
-  page->local_free = NULL;
+  page->free = page->local_free = NULL;
   page->mem_is_zero = 0;
   if (segment->kind == SM_SEGMENT_LARGE)
     span_map_set(tld, segment, segment->span_map & ~span_mask((size_t)(page - segment->pages), page->span_slots));

@@ -450,56 +450,6 @@ int main(int argc, char **argv) {
     CHECK_EQ(l1.current, l0.current);
   }
 
-  SECTION("pages revived: a burst allocated again gets its pages back with their blocks; counts stay exact") {
-    /* 20,000 blocks of one class (about 20 pages), freed in a random order and allocated again:
-     * the emptied pages go back to their segment still holding their blocks, and come back as
-     * they are (counters.page_revive). Every block must be handed out once, and the block figures
-     * must not count the revived blocks again. The pages must not be purged in between. */
-    enum { N = 20000, SIZE = 48 };
-    static void *p[N];
-    static unsigned order[N];
-    long delay = sm_option_get(sm_option_purge_delay);
-    sm_option_set(sm_option_purge_delay, 600 * 1000);
-    sm_stats_merge();
-    CHECK(stats_read(), "read");
-    row_t a = row("normal_blocks");
-    long long revived = JNUM("counters.page_revive");
-    uint32_t seed = 12345;
-    for (unsigned i = 0; i < N; i++) order[i] = i;
-    for (unsigned i = N - 1; i > 0; i--) { /* Fisher-Yates with a small LCG */
-      seed = seed * 1103515245u + 12345u;
-      unsigned j = (seed >> 8) % (i + 1), t = order[i];
-      order[i] = order[j];
-      order[j] = t;
-    }
-    for (int round = 0; round < 3; round++) {
-      unsigned got = 0, bad = 0;
-      for (; got < N && (p[got] = sm_malloc(SIZE)) != NULL; got++) {
-        memset(p[got], (int)(got & 0xff), SIZE);
-        memcpy(p[got], &got, sizeof got);
-      }
-      CHECK_EQ(got, N);
-      if (got < N) break;
-      for (unsigned i = 0; i < N; i++) { /* no block was handed out twice */
-        unsigned v;
-        memcpy(&v, p[i], sizeof v);
-        if (v != i || ((unsigned char *)p[i])[SIZE - 1] != (i & 0xff)) bad++;
-      }
-      CHECK(bad == 0, "round %d: %u blocks overwritten by others", round, bad);
-      for (unsigned i = 0; i < N; i++) sm_free(p[order[i]]);
-    }
-    sm_stats_merge();
-    CHECK(stats_read(), "read");
-    row_t b = row("normal_blocks");
-    long long pages = (long long)N * (long long)block_of(SIZE) / (64 * KiB);
-    CHECK(JNUM("counters.page_revive") - revived >= pages, "%lld pages revived, the burst fills about %lld (twice over)",
-          JNUM("counters.page_revive") - revived, pages);
-    CHECK_EQ(b.total - a.total, 3LL * N);
-    CHECK_EQ(b.freed - a.freed, 3LL * N);
-    CHECK_EQ(b.current, a.current);
-    sm_option_set(sm_option_purge_delay, delay);
-  }
-
   SECTION("sm_stats_merge: block figures lag until the allocating thread merges") {
     enum { N = 1000 }; /* 16 KiB of small blocks: far below the 1 MiB a heap adds on its own */
     static void *p[N];
