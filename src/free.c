@@ -123,7 +123,7 @@ static bool block_is_free(const sm_page_t *page, const sm_block_t *block, bool o
  * test (free_check) is not sure. */
 static sm_page_t *block_validate(const void *p) {
   sm_segment_t *segment = smi_ptr_segment(p);
-  if (sm_unlikely(!smi_segment_is_registered(segment) || segment->cookie != ((uintptr_t)segment ^ smi_process_secret))) {
+  if (sm_unlikely(!smi_segment_is_registered(segment) || segment->cookie != ((uintptr_t)segment ^ smi_read_mostly.secret))) {
     smi_error(EINVAL, "free of a pointer that was not allocated by shardmalloc: %p", p);
     return NULL;
   }
@@ -311,7 +311,7 @@ void smi_quarantine_flush(sm_heap_t *heap) {
 static inline __attribute__((always_inline)) void free_checked(void *p, sm_segment_t *segment, sm_page_t *page) {
 #if SM_SECURE
   /* both options are off by default: one test of the two, the work out of line */
-  if (sm_unlikely(atomic_load_explicit(&smi_free_options_on, memory_order_relaxed))) {
+  if (sm_unlikely(atomic_load_explicit(&smi_read_mostly.free_options_on, memory_order_relaxed))) {
     free_with_options(p, segment, page);
     return;
   }

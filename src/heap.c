@@ -16,7 +16,7 @@ void smi_heap_init(sm_heap_t *heap, sm_tld_t *tld, uintptr_t thread_id) {
   heap->retired_max = 0;
   heap->retired_next = SIZE_MAX;
   /* per-heap randomness without a system call: a splitmix64 step of the process secret */
-  uint64_t x = smi_process_secret + thread_id * 0x9E3779B97F4A7C15ull;
+  uint64_t x = smi_read_mostly.secret + thread_id * 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   heap->random = x ^ (x >> 31);

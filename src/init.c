@@ -22,7 +22,7 @@ sm_heap_t smi_heap_empty = {
     .retired_min = SM_BIN_COUNT,
     .retired_next = SIZE_MAX,
 };
-uintptr_t smi_process_secret;
+smi_read_mostly_t smi_read_mostly;
 
 static sm_thread_data_t thread_data_main; /* the first thread's heap: no allocation needed */
 static _Atomic(bool) thread_data_main_taken;
@@ -44,8 +44,8 @@ void smi_process_init(void) {
       atomic_compare_exchange_strong_explicit(&process_state, &state, PROCESS_STARTING, memory_order_acq_rel,
                                               memory_order_acquire)) {
     smi_os_init();
-    smi_os_random_bytes(&smi_process_secret, sizeof smi_process_secret);
-    smi_process_secret |= 1;
+    smi_os_random_bytes(&smi_read_mostly.secret, sizeof smi_read_mostly.secret);
+    smi_read_mostly.secret |= 1;
     smi_options_init();
     smi_stats_init();
     smi_arenas_init(); /* after the options: reserve_os_memory, reserve_huge_os_pages, NUMA */

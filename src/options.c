@@ -92,14 +92,11 @@ static int check_fd = 2;
 static origin_t option_origin(sm_option_t opt) {
   return (origin_t)(atomic_load_explicit(&option_source[opt], memory_order_relaxed) & 15);
 }
-#if SM_SECURE
-_Atomic(bool) smi_free_options_on;
-#endif
 static void option_store(sm_option_t opt, long value, int source) {
   atomic_store_explicit(&smi_option_values[opt], value, memory_order_relaxed);
   atomic_store_explicit(&option_source[opt], source, memory_order_relaxed);
 #if SM_SECURE
-  atomic_store_explicit(&smi_free_options_on, smi_option(sm_option_zero_on_free) != 0 || smi_option(sm_option_quarantine) > 0,
+  atomic_store_explicit(&smi_read_mostly.free_options_on, smi_option(sm_option_zero_on_free) != 0 || smi_option(sm_option_quarantine) > 0,
                         memory_order_relaxed);
 #endif
 }

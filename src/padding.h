@@ -16,7 +16,7 @@
 /* builds whose usable size is the requested size (secure: up to the canary) */
 #define SM_PADDING_EXACT (SM_DEBUG || SM_TRACK)
 
-static inline uint32_t smi_canary_of(const void *p) { return (uint32_t)(uintptr_t)p ^ (uint32_t)smi_process_secret; }
+static inline uint32_t smi_canary_of(const void *p) { return (uint32_t)(uintptr_t)p ^ (uint32_t)smi_read_mostly.secret; }
 
 /* b: the pointer handed out; usable: bytes from b to the end of its block */
 static inline void smi_padding_write(uint8_t *b, size_t size, size_t usable) {

@@ -407,7 +407,7 @@ void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t a
   atomic_store_explicit(&page->thread_free, smi_tf_make(NULL, SM_DELAY_NONE), memory_order_relaxed);
   atomic_store_explicit(&page->heap, heap, memory_order_release);
 #if SM_SECURE
-  page->keys[0] = (uintptr_t)heap->random ^ (uintptr_t)page ^ smi_process_secret;
+  page->keys[0] = (uintptr_t)heap->random ^ (uintptr_t)page ^ smi_read_mostly.secret;
   page->keys[1] = ((uintptr_t)heap->random * 0x9E3779B97F4A7C15ull) | 1;
   page->block_magic = UINT64_MAX / block_size + 1;
 #endif

@@ -576,7 +576,7 @@ static void segment_init_header(sm_segment_t *segment, sm_segment_kind_t kind, s
   segment->size = size;
   segment->map_start = (uint8_t *)segment;
   segment->map_size = size;
-  segment->cookie = (uintptr_t)segment ^ smi_process_secret;
+  segment->cookie = (uintptr_t)segment ^ smi_read_mostly.secret;
   if (kind == SM_SEGMENT_LARGE) span_map_set(NULL, segment, 0);
   size_t page_size = kind <= SM_SEGMENT_LARGE ? (size_t)1 << page_shift : size;
   for (size_t i = 0; i < page_count; i++) {
@@ -1021,7 +1021,7 @@ void *smi_huge_remap(sm_segment_t *segment, size_t newsize) {
       return NULL;
     }
     moved->map_start = (uint8_t *)moved;
-    moved->cookie = (uintptr_t)moved ^ smi_process_secret;
+    moved->cookie = (uintptr_t)moved ^ smi_read_mostly.secret;
     smi_page_set_start(&moved->pages[0], (uint8_t *)moved + offset);
     segment_map_set(moved, true);
     if (map_size > old_size) huge_fill_tail((uint8_t *)moved + old_size, map_size - old_size);
