@@ -37,8 +37,8 @@ extern sm_heap_t smi_heap_empty;        /* an all-empty heap: every lookup misse
 extern sm_page_t smi_page_empty;
 /* Read by every malloc and free of the checked builds, written once at start-up (or by
  * sm_option_set): a cache line of their own. Next to the statistics' counters, which other threads
- * increment, that line kept moving between cores: secure SHSH swing-2, two threads, took 7-14%
- * longer. */
+ * increment, that line kept moving between cores: secure SHSH swing-2, two threads, was 4-10%
+ * slower (best of 11 runs, three sets). */
 typedef struct smi_read_mostly_s {
   uintptr_t secret; /* the process's random secret (canaries, cookies, link encoding) */
 #if SM_SECURE
