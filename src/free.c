@@ -261,8 +261,9 @@ static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page
   sm_heap_t *heap = smi_tls_heap;
   if (cap <= 0 || heap == &smi_heap_empty) return p;
   if (cap > SM_QUARANTINE_MAX) cap = SM_QUARANTINE_MAX;
-  for (size_t i = 0; i < heap->quarantine_count; i++) { /* it is on no free list while it waits */
-    if (heap->quarantine[(heap->quarantine_head + i) % (size_t)cap] == p) {
+  sm_quarantine_t *q = smi_heap_quarantine(heap);
+  for (size_t i = 0; i < q->count; i++) { /* it is on no free list while it waits */
+    if (q->blocks[(q->head + i) % (size_t)cap] == p) {
       smi_error(EINVAL, "double free of %p (block size %zu; the block was waiting in the quarantine)", p, page->block_size);
       return NULL;
     }
@@ -270,15 +271,15 @@ static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page
   /* mark it (its link word points at its page's first block) so that a second free from any
    * thread sees a free-looking block */
   smi_block_set_next(page, (sm_block_t *)((uint8_t *)p - smi_block_offset(page, p)), (sm_block_t *)smi_page_start(page));
-  size_t slot = (heap->quarantine_head + heap->quarantine_count) % (size_t)cap;
-  if (heap->quarantine_count < (size_t)cap) {
-    heap->quarantine[slot] = p;
-    heap->quarantine_count++;
+  size_t slot = (q->head + q->count) % (size_t)cap;
+  if (q->count < (size_t)cap) {
+    q->blocks[slot] = p;
+    q->count++;
     return NULL;
   }
-  void *oldest = heap->quarantine[heap->quarantine_head];
-  heap->quarantine[heap->quarantine_head] = p;
-  heap->quarantine_head = (heap->quarantine_head + 1) % (size_t)cap;
+  void *oldest = q->blocks[q->head];
+  q->blocks[q->head] = p;
+  q->head = (q->head + 1) % (size_t)cap;
   return oldest;
 }
 
@@ -295,11 +296,12 @@ static sm_noinline void free_with_options(void *p, sm_segment_t *segment, sm_pag
 
 /* thread exit, sm_collect: free what waits in the quarantine */
 void smi_quarantine_flush(sm_heap_t *heap) {
-  while (heap->quarantine_count > 0) {
+  sm_quarantine_t *q = smi_heap_quarantine(heap);
+  while (q->count > 0) {
     long cap = smi_option(sm_option_quarantine);
-    void *p = heap->quarantine[heap->quarantine_head];
-    heap->quarantine_head = (heap->quarantine_head + 1) % (size_t)(cap > 0 && cap <= SM_QUARANTINE_MAX ? cap : SM_QUARANTINE_MAX);
-    heap->quarantine_count--;
+    void *p = q->blocks[q->head];
+    q->head = (q->head + 1) % (size_t)(cap > 0 && cap <= SM_QUARANTINE_MAX ? cap : SM_QUARANTINE_MAX);
+    q->count--;
     sm_segment_t *segment = smi_ptr_segment(p);
     free_block(p, segment, smi_segment_page_of(segment, p));
   }

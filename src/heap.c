@@ -8,8 +8,10 @@
  * on are the purger's and survive. */
 void smi_heap_init(sm_heap_t *heap, sm_tld_t *tld, uintptr_t thread_id) {
   memset(heap, 0, offsetof(sm_heap_t, lock));
+#if SM_SECURE
+  smi_heap_quarantine(heap)->count = smi_heap_quarantine(heap)->head = 0; /* a reused heap's ring may have been left */
+#endif
   for (size_t i = 0; i < SM_DIRECT_COUNT; i++) heap->pages_direct[i] = &smi_page_empty;
-  for (size_t bin = 0; bin < SM_BIN_COUNT; bin++) heap->pages[bin].block_size = smi_bin_size(bin);
   heap->thread_id = thread_id;
   heap->tld = tld;
   heap->retired_min = SM_BIN_COUNT; /* empty range */

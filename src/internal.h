@@ -289,6 +289,8 @@ bool smi_block_is_live(const void *p); /* every check a free makes (reported the
 #endif
 #if SM_SECURE
 void smi_quarantine_flush(sm_heap_t *heap);
+/* every heap is the first member of its thread data (init.c, smi_thread_data_alloc) */
+static inline sm_quarantine_t *smi_heap_quarantine(sm_heap_t *heap) { return &((sm_thread_data_t *)heap)->quarantine; }
 #endif
 
 /* ---- alloc.c ---- */

@@ -171,7 +171,6 @@ typedef struct sm_segment_s {
 
 typedef struct sm_page_queue_s {
   sm_page_t *first, *last;
-  size_t block_size;
 } sm_page_queue_t;
 
 typedef struct sm_segment_queue_s {
@@ -220,10 +219,6 @@ typedef struct sm_heap_s {
   bool full_have_free;        /* the purger left free blocks in full pages: owner, have a look */
   uint32_t quick_refills;     /* refills that skipped the slow path (page.c, page_refill_quick) */
   int64_t stat_delta[8];      /* block statistics not yet added to the process totals (stats.c) */
-#if SM_SECURE
-  void *quarantine[SM_QUARANTINE_MAX]; /* freed blocks waiting before their real free (FIFO ring) */
-  size_t quarantine_head, quarantine_count;
-#endif
   /* From here on: fields the purger reads without the lock, kept when a heap is reused.
    * The owner takes `lock` in its slow paths only (never on a fast path); the background purger
    * only tries it, for heaps that have been idle (slow_calls unchanged) since its last look. */
@@ -233,10 +228,22 @@ typedef struct sm_heap_s {
   struct sm_heap_s *all_next; /* every heap ever made (they are never unmapped) */
 } sm_heap_t;
 
-/* heap and tld of one thread, allocated together */
+#if SM_SECURE
+/* freed blocks waiting before their real free (a FIFO ring; free.c) */
+typedef struct sm_quarantine_s {
+  size_t head, count;
+  void *blocks[SM_QUARANTINE_MAX];
+} sm_quarantine_t;
+#endif
+
+/* heap and tld of one thread (or of a heap made by sm_heap_new), allocated together: one OS page
+ * in the release build, so a thread costs one page fault and 4 KiB of it */
 typedef struct sm_thread_data_s {
   sm_heap_t heap;
   sm_tld_t tld;
+#if SM_SECURE
+  sm_quarantine_t quarantine; /* last: its 2 KiB are touched only while the quarantine option is on */
+#endif
 } sm_thread_data_t;
 
 /* ---- layout facts the code relies on ---- */
