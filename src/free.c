@@ -176,8 +176,8 @@ static sm_noinline sm_page_t *free_check_full(const void *p) {
 
 /* The secure build's test for the common case, a block start of a small, medium or large page
  * with its canary intact: loads from the segment map, the segment header, the page descriptor and
- * the block's padding, no division, no call. A free turns the canary into the freed mark (as do
- * fresh blocks on reused memory: page_extend), so the canary also tells a live block from a freed
+ * the block's padding, no division, no call. A free turns the canary into the freed mark (as does
+ * sm_heap_destroy for the blocks it releases), so the canary also tells a live block from a freed
  * one, and the block's first word is not read: programs often write it just before the free (a
  * byte written there and a word read back stalled the load, 30% of free's time in the malloc/free
  * pairs microbenchmark). The segment map is exact (a bit per segment start), so the header's

@@ -3,6 +3,7 @@
  * of full pages. Only the owning thread touches a heap, except thread_delayed_free (atomic push).
  * Called from the generic malloc path (page.c), sm_collect, and thread exit (init.c). */
 #include "internal.h"
+#include "padding.h"
 
 /* Also re-initialises a pooled heap (its lock is held by the caller then): the fields from `lock`
  * on are the purger's and survive. */
@@ -381,6 +382,15 @@ static void heap_part_destroy(sm_heap_t *part) {
   atomic_store_explicit(&part->thread_delayed_free, NULL, memory_order_relaxed);
   heap_for_each_page(part, page, next) {
     smi_stats_page_discard(page);
+#if SM_SECURE && !SM_DEBUG
+    /* the one place blocks leave their page without a free: their live canaries become freed
+     * marks, so that neither a new page over this memory nor a dangling pointer can take them for
+     * live blocks (page_extend then need not mark the blocks it carves) */
+    if (page->used > 0) {
+      uint8_t *start = smi_page_start(page);
+      for (size_t i = 0; i < page->capacity; i++) smi_padding_mark_freed(start + i * page->block_size, page->block_size);
+    }
+#endif
     page->used = 0;
     page->free = page->local_free = NULL;
     atomic_store_explicit(&page->thread_free, 0, memory_order_relaxed);

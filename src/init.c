@@ -46,6 +46,9 @@ void smi_process_init(void) {
     smi_os_init();
     smi_os_random_bytes(&smi_read_mostly.secret, sizeof smi_read_mostly.secret);
     smi_read_mostly.secret |= 1;
+#if SM_SECURE
+    smi_page_shuffle_init(smi_read_mostly.secret);
+#endif
     smi_options_init();
     smi_stats_init();
     smi_arenas_init(); /* after the options: reserve_os_memory, reserve_huge_os_pages, NUMA */

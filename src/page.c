@@ -330,6 +330,41 @@ static void page_refill(sm_page_t *page) {
 }
 #endif
 
+#if SM_SECURE
+/* Orders for a group of SM_SHUFFLE_GROUP new blocks: nibble i of an order is the i-th block
+ * handed out. A full group takes one of 256 random orders drawn at start-up from the process
+ * secret, with every pick XORed by a random k and the sequence rotated by a random s: 2^14 orders,
+ * different in every process, for a load, a XOR and a rotate; a Fisher-Yates shuffle of each group
+ * cost 8 instructions per block carved, a fifth of the secure build's carving. */
+static uint32_t shuffle_orders[256];
+
+/* n < SM_SHUFFLE_GROUP blocks (a page's last few): Fisher-Yates, 8 random bits a step */
+static uint32_t shuffle_order_partial(uint64_t r, uint32_t n) {
+  uint32_t order = 0x76543210;
+  for (uint32_t i = n - 1; i > 0; i--) {
+    uint32_t j = (uint32_t)((r & 0xff) * (i + 1)) >> 8;
+    r >>= 8;
+    uint32_t x = ((order >> (4 * i)) ^ (order >> (4 * j))) & 0xf;
+    order ^= (x << (4 * i)) | (x << (4 * j));
+  }
+  return order;
+}
+
+static inline uint32_t shuffle_order(uint64_t r) {
+  uint32_t order = shuffle_orders[r & 0xff] ^ (0x11111111u * (uint32_t)((r >> 8) & 7));
+  uint32_t s = 4 * (uint32_t)((r >> 11) & 7);
+  return s == 0 ? order : (order >> s) | (order << (32 - s));
+}
+
+void smi_page_shuffle_init(uint64_t seed) {
+  for (size_t k = 0; k < 256; k++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull; /* an LCG; its high bits serve */
+    shuffle_orders[k] = shuffle_order_partial(seed >> 8, SM_SHUFFLE_GROUP);
+  }
+}
+_Static_assert(SM_SHUFFLE_GROUP == 8, "orders are 8 nibbles");
+#endif
+
 /* Carve the next few blocks of the page into the (empty) free list. Done a little at a time so
  * that a fresh page costs page faults only for what is used. */
 static void page_extend(sm_page_t *page) {
@@ -345,13 +380,10 @@ static void page_extend(sm_page_t *page) {
   memset(first, 0xDF, extend * bsize); /* fresh blocks look freed: malloc checks the pattern */
 #endif
 #if SM_SECURE
-  /* reused memory may hold the live canary of a block of an earlier life of the page, at the same
-   * place (a destroyed heap's blocks are not freed one by one): the new blocks get the freed
-   * mark, so that free's fast test cannot take a dangling pointer to one of them for live (the
-   * debug fill above has already covered it, and a mark on the fill would read as a write after
-   * free) */
-  if (!page->mem_is_zero && !SM_DEBUG)
-    for (uint8_t *b = first; b <= last; b += bsize) smi_padding_mark_freed(b, bsize);
+  /* Reused memory holds no live canary where a new block's would be: a block's canary at the same
+   * place with the same value means the same address and size, and blocks of an earlier life were
+   * freed (which marks them) or destroyed with their heap (heap_part_destroy marks them). A huge
+   * block's canary sits at its own end, where no small block of the same start ends. */
   if (extend > 1) {
     /* link the new blocks in a random order, shuffled within groups of SM_SHUFFLE_GROUP
      * consecutive blocks: each next address is a fresh pick among up to that many, and blocks
@@ -360,14 +392,8 @@ static void page_extend(sm_page_t *page) {
     sm_block_t *head = NULL, *prev = NULL;
     for (size_t group = 0; group < extend; group += SM_SHUFFLE_GROUP) {
       size_t n = extend - group < SM_SHUFFLE_GROUP ? extend - group : SM_SHUFFLE_GROUP;
-      uint32_t order = 0x76543210; /* nibble i holds the i-th pick */
       uint64_t r = smi_heap_random(heap);
-      for (uint32_t i = (uint32_t)n - 1; i > 0; i--) { /* Fisher-Yates, 8 random bits a step */
-        uint32_t j = (uint32_t)((r & 0xff) * (i + 1)) >> 8;
-        r >>= 8;
-        uint32_t x = ((order >> (4 * i)) ^ (order >> (4 * j))) & 0xf;
-        order ^= (x << (4 * i)) | (x << (4 * j));
-      }
+      uint32_t order = n == SM_SHUFFLE_GROUP ? shuffle_order(r) : shuffle_order_partial(r, (uint32_t)n);
       for (size_t i = 0; i < n; i++, order >>= 4) {
         sm_block_t *b = (sm_block_t *)(first + (group + (order & 0xf)) * bsize);
         if (prev == NULL) head = b;

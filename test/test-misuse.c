@@ -74,6 +74,27 @@ static void misuse(const char *c) {
   } else if (!strcmp(c, "write-zero-after-free")) { /* 0 into the link word only: no plain NULL */
     free((void *)p);
     memset((void *)p, 0, 8);
+  } else if (!strcmp(c, "free-after-heap-destroy")) {
+    /* blocks of a destroyed heap, whose segment a new heap takes back from the cache: its first
+     * page of the same class lies where theirs was, so most of them are carved blocks on its free
+     * list again (unless a bad free is caught, the new heap then hands one block out twice) */
+    void *(*heap_new)(void) = (void *(*)(void))dlsym(RTLD_DEFAULT, "sm_heap_new");
+    void *(*heap_malloc)(void *, size_t) = (void *(*)(void *, size_t))dlsym(RTLD_DEFAULT, "sm_heap_malloc");
+    void (*heap_destroy)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "sm_heap_destroy");
+    enum { N = 36 }; /* the first extension of a page of 112-byte blocks */
+    void *old[N], *fresh[2 * N];
+    void *h = heap_new();
+    for (int i = 0; i < N; i++) old[i] = heap_malloc(h, 100);
+    heap_destroy(h);
+    h = heap_new();
+    void *first = heap_malloc(h, 100);
+    for (int i = 0; i < N; i++)
+      if (old[i] != first) free(old[i]);
+    for (int i = 0; i < 2 * N; i++) {
+      fresh[i] = heap_malloc(h, 100);
+      for (int j = 0; j < i; j++)
+        if (fresh[j] == fresh[i]) _exit(3); /* the same block handed out twice */
+    }
   } else if (!strcmp(c, "write-after-remote-free") || !strcmp(c, "write-after-delayed-free")) {
     /* the link of a block another thread freed: it waits on its page's list of remote frees, or
      * (the first one freed into a full page) on the owner's list of delayed frees */
@@ -117,7 +138,13 @@ static const char *const cases[] = {"double-free", "double-free-delayed", "doubl
                                     "free-interior", "free-unaligned", "free-stack", "free-global",
                                     "free-never-allocated", "free-1", "realloc-freed", "write-past-end",
                                     "write-after-free", "write-zero-after-free", "write-after-remote-free",
-                                    "write-after-delayed-free"};
+                                    "write-after-delayed-free", "free-after-heap-destroy"};
+
+/* what the report must say where the misuse is to be caught at the bad call itself, not later
+ * (a corrupted list found by a later malloc also reports, but too late to name the culprit) */
+static const char *expected_report(const char *c) {
+  return !strcmp(c, "free-after-heap-destroy") ? "free of" : NULL;
+}
 
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--case")) {
@@ -167,6 +194,9 @@ int main(int argc, char **argv) {
       printf("      %-24s -> %s; report: %.*s\n", cases[k], how, nl ? (int)(nl - msg) : (int)len, len ? msg : "(none)");
       CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 5), "child: expected shardmalloc preloaded, seen it missing%s", "");
       CHECK(len > 0, "%s: expected a report on stderr, seen none (%s)", cases[k], how);
+      const char *want = expected_report(cases[k]);
+      CHECK(want == NULL || strstr(msg, want) != NULL, "%s: expected a report containing \"%s\", seen: %s", cases[k],
+            want ? want : "", msg);
       CHECK(!(WIFEXITED(st) && (WEXITSTATUS(st) == 3 || WEXITSTATUS(st) == 4)),
             "%s: expected the heap intact after the misuse, seen %s (the same block handed out twice or a block's "
             "contents damaged)", cases[k], WEXITSTATUS(st) == 3 ? "damage" : "allocation failure");
