@@ -188,7 +188,10 @@ static sm_noinline sm_page_t *free_check_full(const void *p) {
  * multiple of d exactly when n * c mod 2^64 < c. A page not in use, and a huge segment's page,
  * has block_magic 0, so that test fails for them too: no separate test of in_use or of the kind. */
 #if SM_INLINE_CHECKS
-static inline sm_page_t *free_check_fast(const void *p, sm_segment_t **segment_out) {
+/* mark: a free, so turn the canary into the freed mark (computed from the value just compared:
+ * that passed, so free_secret is the secret) */
+static inline __attribute__((always_inline)) sm_page_t *free_check_fast(const void *p, sm_segment_t **segment_out,
+                                                                        bool mark) {
   sm_segment_t *segment = smi_ptr_segment(p);
   *segment_out = segment;
   /* the map first: a header is read only once the map says the segment is ours */
@@ -200,9 +203,15 @@ static inline sm_page_t *free_check_fast(const void *p, sm_segment_t **segment_o
     size_t limit = (size_t)smi_page_capacity(page) * bsize; /* carved blocks span [start, start + limit) */
     uintptr_t offset = (uintptr_t)p - start;       /* p below start wraps above limit */
     uint64_t magic = page->block_magic;
+    uint32_t canary = (uint32_t)(uintptr_t)p ^ (uint32_t)__atomic_load_n(&smi_read_mostly.free_secret, __ATOMIC_RELAXED);
     if (sm_likely(offset < limit && (uint64_t)(uint32_t)offset * magic < magic && /* a block start */
-                  smi_padding_intact(p, bsize))) /* live (freed ones carry the freed mark), no overflow */
+                  smi_padding_canary(p, bsize) == canary)) { /* live (freed ones carry the freed mark), no overflow */
+      if (mark) {
+        canary = ~canary;
+        memcpy((uint8_t *)p + bsize - SM_PADDING, &canary, 4);
+      }
       return page;
+    }
   }
   return NULL;
 }
@@ -212,7 +221,7 @@ static inline sm_page_t *free_check_fast(const void *p, sm_segment_t **segment_o
 bool smi_block_is_live(const void *p) {
 #if SM_INLINE_CHECKS
   sm_segment_t *segment;
-  if (sm_likely(free_check_fast(p, &segment) != NULL)) return true;
+  if (sm_likely(free_check_fast(p, &segment, false) != NULL)) return true;
 #endif
   return block_validate(p) != NULL;
 }
@@ -309,23 +318,20 @@ void smi_quarantine_flush(sm_heap_t *heap) {
 #endif
 
 #if SM_CHECK_FREES
-/* p passed the checks: the secure options, then the free itself */
-static inline __attribute__((always_inline)) void free_checked(void *p, sm_segment_t *segment, sm_page_t *page) {
-#if SM_SECURE
-  /* both options are off by default: one test of the two, the work out of line */
-  if (sm_unlikely(atomic_load_explicit(&smi_read_mostly.free_options_on, memory_order_relaxed))) {
-    free_with_options(p, segment, page);
-    return;
-  }
-#endif
-  free_block(p, segment, page);
-}
-
-/* every check, out of line (a separate function, so that free's fast path saves no registers) */
+/* every check, out of line (a separate function, so that free's fast path saves no registers),
+ * then the secure options (off by default; while one is on, every free comes here: see
+ * free_secret), then the free itself */
 static sm_noinline void free_check_full_then_free(void *p) {
   if (p == NULL) return; /* the secure build's fast test turns NULL away (it is in no segment) */
   sm_page_t *page = free_check_full(p);
-  if (page != NULL) free_checked(p, smi_page_segment(page), page);
+  if (page == NULL) return;
+#if SM_SECURE
+  if (sm_unlikely(atomic_load_explicit(&smi_read_mostly.free_options_on, memory_order_relaxed))) {
+    free_with_options(p, smi_page_segment(page), page);
+    return;
+  }
+#endif
+  free_block(p, smi_page_segment(page), page);
 }
 #endif
 
@@ -335,12 +341,9 @@ static inline __attribute__((always_inline)) void smi_free(void *p) {
 #if SM_INLINE_CHECKS
   /* NULL fails the fast test (its segment is out of the map's range): no test of its own */
   sm_segment_t *segment;
-  sm_page_t *page = free_check_fast(p, &segment);
+  sm_page_t *page = free_check_fast(p, &segment, true);
   if (sm_unlikely(page == NULL)) free_check_full_then_free(p);
-  else {
-    smi_padding_mark_freed(p, page->block_size);
-    free_checked(p, segment, page);
-  }
+  else free_block(p, segment, page); /* no secure option is on: the fast test passed */
 #elif SM_CHECK_FREES
   free_check_full_then_free(p);
 #else

@@ -48,6 +48,7 @@ void smi_process_init(void) {
     smi_read_mostly.secret |= 1;
 #if SM_SECURE
     smi_page_shuffle_init(smi_read_mostly.secret);
+    smi_free_options_update();
 #endif
     smi_options_init();
     smi_stats_init();

@@ -42,10 +42,17 @@ extern sm_page_t smi_page_empty;
 typedef struct smi_read_mostly_s {
   uintptr_t secret; /* the process's random secret (canaries, cookies, link encoding) */
 #if SM_SECURE
-  _Atomic(bool) free_options_on; /* zero_on_free or quarantine: free's one test of both (options.c) */
+  _Atomic(bool) free_options_on; /* zero_on_free or quarantine (options.c) */
+  /* what free's fast test computes canaries with: the secret, or while free_options_on the secret
+   * with its lowest bit flipped, so that every free then fails that test and takes the full path,
+   * which applies the options; the fast path has no test of its own for them */
+  uintptr_t free_secret;
 #endif
 } __attribute__((aligned(64))) smi_read_mostly_t;
 extern smi_read_mostly_t smi_read_mostly;
+#if SM_SECURE
+void smi_free_options_update(void); /* after the secret or those options change (options.c) */
+#endif
 extern SM_TLS sm_heap_t *smi_tls_backing; /* this thread's own heap (NULL before init) */
 sm_heap_t *smi_thread_init(void);       /* returns the new heap, or NULL when out of memory */
 sm_thread_data_t *smi_thread_data_alloc(void); /* heap + tld, from the pool (heaps made by sm_heap_new too) */

@@ -96,10 +96,17 @@ static void option_store(sm_option_t opt, long value, int source) {
   atomic_store_explicit(&smi_option_values[opt], value, memory_order_relaxed);
   atomic_store_explicit(&option_source[opt], source, memory_order_relaxed);
 #if SM_SECURE
-  atomic_store_explicit(&smi_read_mostly.free_options_on, smi_option(sm_option_zero_on_free) != 0 || smi_option(sm_option_quarantine) > 0,
-                        memory_order_relaxed);
+  smi_free_options_update();
 #endif
 }
+
+#if SM_SECURE
+void smi_free_options_update(void) {
+  bool on = smi_option(sm_option_zero_on_free) != 0 || smi_option(sm_option_quarantine) > 0;
+  atomic_store_explicit(&smi_read_mostly.free_options_on, on, memory_order_relaxed);
+  __atomic_store_n(&smi_read_mostly.free_secret, smi_read_mostly.secret ^ (uintptr_t)on, __ATOMIC_RELAXED);
+}
+#endif
 
 /* ---- reading the environment ---- */
 
