@@ -40,7 +40,7 @@ typedef struct smi_arena_s {
   smi_bitmap_t dirty;       /* may hold non-zero bytes */
 } smi_arena_t;
 
-static smi_arena_t arenas[SM_ARENA_MAX];
+static SM_BSS_LARGE smi_arena_t arenas[SM_ARENA_MAX];
 static _Atomic(size_t) arena_slots;  /* entries claimed (a claimed one may not be ready yet) */
 static _Atomic(int64_t) arena_idle;  /* bytes of units not handed out: outside the memory limit */
 static _Atomic(bool) arena_growing;  /* one thread at a time reserves an arena_reserve arena */

@@ -15,6 +15,10 @@
 #define sm_likely(x) __builtin_expect(!!(x), 1)
 #define sm_unlikely(x) __builtin_expect(!!(x), 0)
 #define sm_noinline __attribute__((noinline))
+/* large, sparsely touched zero-initialised tables go after every small global: between two of
+ * them each small variable could take a resident page of its own (a process touched 6 .bss pages,
+ * 3 of them for a few words each) */
+#define SM_BSS_LARGE __attribute__((section(".bss.shardmalloc_large")))
 #define sm_decl_hidden __attribute__((visibility("hidden")))
 
 #if SM_TLS_LOCAL_DYNAMIC

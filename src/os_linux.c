@@ -318,7 +318,7 @@ static char *os_append_uint(char *dst, char *end, size_t v) {
  * are refused, so a purge never claims that memory it did not clear reads as zero. */
 #define OS_PIN_BITS 47
 #define OS_PIN_CHUNKS ((size_t)1 << (OS_PIN_BITS - SM_SEGMENT_SHIFT))
-static _Atomic(uint64_t) os_pinned[OS_PIN_CHUNKS / 64];
+static SM_BSS_LARGE _Atomic(uint64_t) os_pinned[OS_PIN_CHUNKS / 64];
 static _Atomic(size_t) os_pinned_chunks; /* while 0 (the usual case) a check is one load */
 
 static void os_set_pinned(const void *p, size_t size, bool on) {
@@ -416,7 +416,7 @@ size_t smi_os_hugetlb_free(size_t page_size) {
  * bench/src/numa-node.c measures them (docs/api/os-memory.md). */
 #define OS_NUMA_MAX_CPUS 4096
 #define OS_NUMA_MAX_NODES 256 /* what the mbind mask below holds */
-static uint16_t os_cpu_node[OS_NUMA_MAX_CPUS]; /* node + 1; 0: unknown */
+static SM_BSS_LARGE uint16_t os_cpu_node[OS_NUMA_MAX_CPUS]; /* node + 1; 0: unknown */
 static _Atomic(size_t) os_numa_detected = 1;   /* highest online node + 1 */
 static _Atomic(size_t) os_numa_used = 1;       /* capped by use_numa_nodes */
 static bool os_cpu_map_ok;                     /* every online node's cpulist was read */

@@ -17,7 +17,7 @@
 
 /* ---- segment map: which SEGMENT_SIZE chunks start a segment (for validity checks) ---- */
 #define SM_MAP_CHUNKS ((size_t)1 << (47 - SM_SEGMENT_SHIFT))
-static _Atomic(uint64_t) segment_map[SM_MAP_CHUNKS / 64];
+static SM_BSS_LARGE _Atomic(uint64_t) segment_map[SM_MAP_CHUNKS / 64];
 
 static void segment_map_set(const sm_segment_t *segment, bool on) {
   size_t chunk = (uintptr_t)segment >> SM_SEGMENT_SHIFT;
