@@ -229,6 +229,7 @@ static inline __attribute__((always_inline)) void *heap_alloc(sm_heap_t *heap, s
       sm_block_t *next = smi_block_next(page, block);
       if (sm_unlikely(!smi_page_link_ok(page, next))) return heap_alloc_bad_link(heap, page, block, size, zero);
       page->free = next;
+      smi_prefetch_write(next);
       page->used++;
       uint8_t *b = (uint8_t *)block;
       if (zero) memset(b, 0, zero_len(size, page->block_size));

@@ -445,6 +445,22 @@ static inline sm_block_t *smi_list_next(const sm_page_t *page, const sm_block_t 
   return SM_CHECK_FREES && !smi_page_link_ok(page, next) ? NULL : next;
 }
 
+/* Ask for the line of the block the next malloc of this size will hand out, for writing: the
+ * next pop reads its link, and the program writes it once it has it. Where another thread freed
+ * that block, the line sits in that thread's cache: 37% of sh8bench's time was this pop's load
+ * missing. A prefetch never faults (NULL, the list's end, included), and on x86-64 cores without
+ * PREFETCHW the instruction is a NOP. Measured (release, 7-9 interleaved runs, medians): sh8bench
+ * 0.216 -> 0.203 s, sh6bench 0.364 -> 0.342 s, xmalloc-N 0.328 -> 0.281 s, malloc/free pairs 97.6
+ * -> 105.8 Mpairs/s, cross-thread pairs 29.1 -> 31.3, simple-1 +7%, isolated-1 +3%, swing-1 +2%;
+ * a plain read prefetch (prefetcht0) gained on sh8bench and xmalloc but lost on simple-1. */
+static inline void smi_prefetch_write(const void *p) {
+#if defined(__x86_64__)
+  __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p));
+#else
+  __builtin_prefetch(p, 1);
+#endif
+}
+
 /* Pop `block`, the first of page->free. In the checked builds a block whose link leaves the page
  * is not handed out: the pop reports it and returns NULL (smi_page_pop_bad_link), and the
  * caller takes the generic path. Every block handed out has its link word cleared, so a block
@@ -455,8 +471,10 @@ static inline void *smi_page_pop(sm_page_t *page, sm_block_t *block) {
   if (sm_unlikely(!smi_page_link_ok(page, next))) return smi_page_pop_bad_link(page, block);
   page->free = next;
 #else
-  page->free = smi_block_next(page, block);
+  sm_block_t *next = smi_block_next(page, block);
+  page->free = next;
 #endif
+  smi_prefetch_write(next);
   page->used++;
   return block; /* padded builds clear the link word in alloc.c (padding_finish) */
 }
