@@ -206,10 +206,7 @@ static inline __attribute__((always_inline)) sm_page_t *free_check_fast(const vo
     uint32_t canary = (uint32_t)(uintptr_t)p ^ (uint32_t)__atomic_load_n(&smi_read_mostly.free_secret, __ATOMIC_RELAXED);
     if (sm_likely(offset < limit && (uint64_t)(uint32_t)offset * magic < magic && /* a block start */
                   smi_padding_canary(p, bsize) == canary)) { /* live (freed ones carry the freed mark), no overflow */
-      if (mark) {
-        canary = ~canary;
-        memcpy((uint8_t *)p + bsize - SM_PADDING, &canary, 4);
-      }
+      if (mark) smi_padding_store_mark((void *)p, bsize, ~canary);
       return page;
     }
   }

@@ -455,7 +455,7 @@ static inline sm_block_t *smi_list_next(const sm_page_t *page, const sm_block_t 
  * a plain read prefetch (prefetcht0) gained on sh8bench and xmalloc but lost on simple-1. */
 static inline void smi_prefetch_write(const void *p) {
 #if defined(__x86_64__)
-  __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p));
+  __asm__ volatile("prefetchw (%0)" : : "r"(p)); /* an address, not a dereference: p may be NULL */
 #else
   __builtin_prefetch(p, 1);
 #endif

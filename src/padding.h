@@ -36,10 +36,10 @@ static inline bool smi_padding_intact(const void *p, size_t usable) { return smi
 /* the secure build marks a freed block by turning its canary into this: free's fast test then
  * takes a second free for what it is without reading the block's first word */
 static inline uint32_t smi_freed_mark_of(const void *p) { return ~smi_canary_of(p); }
-static inline void smi_padding_mark_freed(void *p, size_t usable) {
-  uint32_t mark = smi_freed_mark_of(p);
+static inline void smi_padding_store_mark(void *p, size_t usable, uint32_t mark) {
   memcpy((uint8_t *)p + usable - SM_PADDING, &mark, 4);
 }
+static inline void smi_padding_mark_freed(void *p, size_t usable) { smi_padding_store_mark(p, usable, smi_freed_mark_of(p)); }
 static inline bool smi_padding_is_freed(const void *p, size_t usable) {
   return smi_padding_canary(p, usable) == smi_freed_mark_of(p);
 }
