@@ -9,6 +9,8 @@
 #include "internal.h"
 #include "padding.h"
 
+#include <sched.h>
+
 /* The owner's page became empty on the fast path. Keeping it as its bin's only page touches
  * nothing the purger reads, so that common case needs no lock; giving it back does. */
 static sm_noinline void free_retire(sm_page_t *page) {
@@ -30,7 +32,12 @@ void smi_free_block_local(sm_page_t *page, sm_block_t *block) {
   else if (sm_unlikely(page->flags.x.in_full)) smi_page_unfull(page);
 }
 
-static void free_remote(sm_page_t *page, sm_block_t *block) {
+/* remote frees between USE and back to NONE (the child of a fork ends them: heap.c) */
+_Atomic(size_t) smi_remote_notifying;
+
+/* the page's delay state was USE: tell its heap, unless that changed meanwhile */
+static sm_noinline void free_remote_notify(sm_page_t *page, sm_block_t *block) {
+  atomic_fetch_add_explicit(&smi_remote_notifying, 1, memory_order_seq_cst); /* before FREEING is seen */
   uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed), nf;
   bool notify;
   do {
@@ -43,28 +50,42 @@ static void free_remote(sm_page_t *page, sm_block_t *block) {
     }
   } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, nf, memory_order_acq_rel,
                                                   memory_order_relaxed));
-  if (sm_likely(!notify)) return;
-
-  /* FREEING keeps the owner from detaching the heap until we are done with it */
-  sm_heap_t *heap = smi_page_heap(page);
-  bool pushed = false;
-  if (heap != NULL) {
-    sm_block_t *head = atomic_load_explicit(&heap->thread_delayed_free, memory_order_relaxed);
-    do {
-      smi_block_set_next(page, block, head);
-    } while (!atomic_compare_exchange_weak_explicit(&heap->thread_delayed_free, &head, block, memory_order_release,
-                                                    memory_order_relaxed));
-    pushed = true;
-  }
-  /* back to NONE: later remote frees go to the page's own list (or the block, if not pushed) */
-  tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-  do {
-    if (!pushed) {
-      smi_block_set_next(page, block, smi_tf_block(tf));
-      nf = smi_tf_push(smi_tf_with_delay(tf, SM_DELAY_NONE), block);
-    } else {
-      nf = smi_tf_with_delay(tf, SM_DELAY_NONE);
+  if (notify) {
+    /* FREEING keeps the owner from detaching the heap until we are done with it */
+    sm_heap_t *heap = smi_page_heap(page);
+    bool pushed = false;
+    if (heap != NULL) {
+      sm_block_t *head = atomic_load_explicit(&heap->thread_delayed_free, memory_order_relaxed);
+      do {
+        smi_block_set_next(page, block, head);
+      } while (!atomic_compare_exchange_weak_explicit(&heap->thread_delayed_free, &head, block, memory_order_release,
+                                                      memory_order_relaxed));
+      pushed = true;
     }
+    /* back to NONE: later remote frees go to the page's own list (or the block, if not pushed) */
+    tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    do {
+      if (!pushed) {
+        smi_block_set_next(page, block, smi_tf_block(tf));
+        nf = smi_tf_push(smi_tf_with_delay(tf, SM_DELAY_NONE), block);
+      } else {
+        nf = smi_tf_with_delay(tf, SM_DELAY_NONE);
+      }
+    } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, nf, memory_order_acq_rel,
+                                                    memory_order_relaxed));
+  }
+  atomic_fetch_sub_explicit(&smi_remote_notifying, 1, memory_order_release);
+}
+
+static void free_remote(sm_page_t *page, sm_block_t *block) {
+  uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed), nf;
+  do {
+    if (sm_unlikely(smi_tf_delay(tf) == SM_DELAY_USE)) {
+      free_remote_notify(page, block);
+      return;
+    }
+    smi_block_set_next(page, block, smi_tf_block(tf));
+    nf = smi_tf_push(tf, block);
   } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &tf, nf, memory_order_acq_rel,
                                                   memory_order_relaxed));
 }
@@ -257,10 +278,34 @@ static inline void free_block(void *p, sm_segment_t *segment, sm_page_t *page) {
 }
 
 #if SM_SECURE
+/* sm_heap_destroy frees blocks without a free, while a block of that heap that some thread freed
+ * earlier may still wait in that thread's quarantine: it must leave the ring before its memory is
+ * someone else's. A ring is used only by its thread, flagged busy; a destroyer raises
+ * quarantines_held, waits until no ring is busy and takes the heap's blocks out of every ring. */
+static _Atomic(unsigned) quarantines_held;
+
+static void quarantine_enter(sm_quarantine_t *q) {
+  for (;;) {
+    atomic_store_explicit(&q->busy, true, memory_order_seq_cst);
+    if (atomic_load_explicit(&quarantines_held, memory_order_seq_cst) == 0) return;
+    atomic_store_explicit(&q->busy, false, memory_order_release);
+    while (atomic_load_explicit(&quarantines_held, memory_order_acquire) != 0) sched_yield();
+  }
+}
+static void quarantine_leave(sm_quarantine_t *q) { atomic_store_explicit(&q->busy, false, memory_order_release); }
+
+void smi_quarantines_hold(void) {
+  atomic_fetch_add_explicit(&quarantines_held, 1, memory_order_seq_cst);
+  for (sm_heap_t *heap = smi_heaps_first(); heap != NULL; heap = heap->all_next) {
+    while (atomic_load_explicit(&smi_heap_quarantine(heap)->busy, memory_order_seq_cst)) sched_yield();
+  }
+}
+void smi_quarantines_release(void) { atomic_fetch_sub_explicit(&quarantines_held, 1, memory_order_release); }
+
 /* zero_on_free, and the quarantine: a freed block waits in a per-thread FIFO until `quarantine`
  * later frees have passed, so a dangling pointer does not immediately alias a new block. Returns
- * the block to free now (p, an older one, or NULL). */
-static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page) {
+ * the block to free now (p, an older one, or NULL); ring busy (see above) unless it returns p. */
+static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page, sm_quarantine_t **ring) {
   if (smi_option(sm_option_zero_on_free) && segment->kind != SM_SEGMENT_HUGE)
     memset((uint8_t *)p - smi_block_offset(page, p), 0, page->block_size);
   long cap = smi_option(sm_option_quarantine);
@@ -268,12 +313,15 @@ static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page
   if (cap <= 0 || heap == &smi_heap_empty) return p;
   if (cap > SM_QUARANTINE_MAX) cap = SM_QUARANTINE_MAX;
   sm_quarantine_t *q = smi_heap_quarantine(heap);
+  quarantine_enter(q);
   for (size_t i = 0; i < q->count; i++) { /* it is on no free list while it waits */
     if (q->blocks[(q->head + i) % (size_t)cap] == p) {
+      quarantine_leave(q); /* the error handler may free */
       smi_error(EINVAL, "double free of %p (block size %zu; the block was waiting in the quarantine)", p, page->block_size);
       return NULL;
     }
   }
+  *ring = q;
   /* mark it (its link word points at its page's first block) so that a second free from any
    * thread sees a free-looking block */
   smi_block_set_next(page, (sm_block_t *)((uint8_t *)p - smi_block_offset(page, p)), (sm_block_t *)smi_page_start(page));
@@ -289,28 +337,32 @@ static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page
   return oldest;
 }
 
+/* a block leaves the quarantine (ring busy: no destroy releases its memory meanwhile) */
+static void quarantine_free(void *p) {
+  sm_segment_t *segment = smi_ptr_segment(p);
+  free_block(p, segment, smi_segment_page_of(segment, p));
+}
+
 static sm_noinline void free_with_options(void *p, sm_segment_t *segment, sm_page_t *page) {
-  void *q = free_secure_options(p, segment, page);
-  if (q == NULL) return; /* quarantined */
-  if (q != p) {          /* an older block leaves the quarantine instead */
-    p = q;
-    segment = smi_ptr_segment(p);
-    page = smi_segment_page_of(segment, p);
-  }
-  free_block(p, segment, page);
+  sm_quarantine_t *ring = NULL;
+  void *q = free_secure_options(p, segment, page, &ring);
+  if (q == p) free_block(p, segment, page); /* not quarantined */
+  else if (q != NULL) quarantine_free(q);   /* an older block leaves instead */
+  if (ring != NULL) quarantine_leave(ring);
 }
 
 /* thread exit, sm_collect: free what waits in the quarantine */
 void smi_quarantine_flush(sm_heap_t *heap) {
   sm_quarantine_t *q = smi_heap_quarantine(heap);
+  quarantine_enter(q);
   while (q->count > 0) {
     long cap = smi_option(sm_option_quarantine);
     void *p = q->blocks[q->head];
     q->head = (q->head + 1) % (size_t)(cap > 0 && cap <= SM_QUARANTINE_MAX ? cap : SM_QUARANTINE_MAX);
     q->count--;
-    sm_segment_t *segment = smi_ptr_segment(p);
-    free_block(p, segment, smi_segment_page_of(segment, p));
+    if (p != NULL) quarantine_free(p);
   }
+  quarantine_leave(q);
 }
 #endif
 

@@ -5,6 +5,8 @@
 #include "internal.h"
 #include "padding.h"
 
+#include <sched.h>
+
 /* Also re-initialises a pooled heap (its lock is held by the caller then): the fields from `lock`
  * on are the purger's and survive. */
 void smi_heap_init(sm_heap_t *heap, sm_tld_t *tld, uintptr_t thread_id) {
@@ -282,6 +284,58 @@ static sm_heap_t *user_heaps;
 static void user_heaps_acquire(void) { smi_spin_lock(&user_heaps_lock); }
 static void user_heaps_release(void) { smi_spin_unlock(&user_heaps_lock); }
 
+/* fork (init.c). Heaps made with sm_heap_new may be used by the child, whichever thread owns
+ * them, so their locks (and the list's) are held across the fork: a thread that held one would
+ * leave it held, and the heap half changed, in the child. Not the threads' own heaps: a thread
+ * may be in malloc while it holds a stdio lock (getline), and fork takes stdio's locks after the
+ * prepare handlers, so holding those would deadlock; in the child, the heaps of the other threads
+ * are never used again (a lock left held only keeps the purger out), and the forking thread's own
+ * is not locked by anyone then (the purger is out of its tick). A thread holding one heap lock may
+ * wait for another (sm_heap_delete takes two), so these are only tried: on a miss all of them are
+ * let go and the round starts again. */
+#define user_parts_for_each(h, part) \
+  for (sm_heap_t *h = user_heaps; h != NULL; h = h->user_next) \
+    for (sm_heap_t *part = h; part != NULL; part = part == h ? h->shared : NULL)
+
+void smi_heaps_fork_lock(void) {
+  user_heaps_acquire();
+  for (;;) {
+    sm_heap_t *missed = NULL;
+    user_parts_for_each(h, part) {
+      if (missed == NULL && !smi_heap_trylock(part)) missed = part;
+    }
+    if (missed == NULL) return;
+    bool before = true;
+    user_parts_for_each(h, part) {
+      if (part == missed) before = false;
+      if (before) smi_heap_unlock(part);
+    }
+    sched_yield();
+  }
+}
+
+/* A remote free that was telling a heap about a full page at the fork left the page in delay
+ * state FREEING, which the child, its owner now, would wait out forever (the block it carried may
+ * be lost: a leak in the child). Such a page is in its heap's full queue. */
+static void fork_child_end_notify(sm_heap_t *heap) {
+  for (sm_page_t *page = heap->pages[SM_BIN_FULL].first; page != NULL; page = page->next) {
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    if (smi_tf_delay(tf) == SM_DELAY_FREEING)
+      atomic_store_explicit(&page->thread_free, smi_tf_with_delay(tf, SM_DELAY_NONE), memory_order_relaxed);
+  }
+}
+
+void smi_heaps_fork_unlock(bool child) {
+  bool notifying = child && atomic_load_explicit(&smi_remote_notifying, memory_order_relaxed) > 0;
+  if (notifying && smi_tls_backing != NULL) fork_child_end_notify(smi_tls_backing);
+  user_parts_for_each(h, part) {
+    if (notifying) fork_child_end_notify(part);
+    smi_heap_unlock(part);
+  }
+  if (notifying) atomic_store_explicit(&smi_remote_notifying, 0, memory_order_relaxed);
+  user_heaps_release();
+}
+
 /* the calling thread's own heap, set up on first use */
 static sm_heap_t *heap_backing(void) {
   sm_heap_t *heap = smi_tls_backing;
@@ -410,10 +464,32 @@ static void heap_part_destroy(sm_heap_t *part) {
   smi_segments_purge_expired(part->tld, true);
 }
 
+static bool page_of_heap(const sm_heap_t *heap, const sm_page_t *page);
+
+#if SM_SECURE
+/* blocks of `heap` freed earlier and still waiting in some thread's quarantine leave it without
+ * being freed (the destroy frees them); every ring is held (free.c) */
+static void quarantines_drop(const sm_heap_t *heap) {
+  for (sm_heap_t *h = smi_heaps_first(); h != NULL; h = h->all_next) {
+    sm_quarantine_t *q = smi_heap_quarantine(h);
+    for (size_t i = 0; q->count > 0 && i < SM_QUARANTINE_MAX; i++) { /* outside the live range: stale, harmless */
+      void *p = q->blocks[i];
+      if (p == NULL) continue;
+      sm_segment_t *segment = smi_ptr_segment(p);
+      if (smi_segment_is_registered(segment) && page_of_heap(heap, smi_segment_page_of(segment, p))) q->blocks[i] = NULL;
+    }
+  }
+}
+#endif
+
 void sm_heap_destroy(sm_heap_t *heap) {
   if (!heap_is_user(heap, "sm_heap_destroy")) return;
   if (smi_tls_heap == heap) smi_tls_heap = smi_tls_backing;
   user_heaps_remove(heap);
+#if SM_SECURE
+  smi_quarantines_hold(); /* before any heap lock: a thread using its ring may take one */
+  quarantines_drop(heap);
+#endif
   sm_heap_t *shared = heap->shared;
   if (shared != NULL) {
     smi_heap_lock(shared);
@@ -423,6 +499,9 @@ void sm_heap_destroy(sm_heap_t *heap) {
   smi_heap_lock(heap);
   heap_part_destroy(heap);
   heap_part_release(heap);
+#if SM_SECURE
+  smi_quarantines_release();
+#endif
 }
 
 /* Move everything of `part` (lock held) into `into` (the caller's own heap, lock held): pages,
@@ -580,6 +659,19 @@ bool sm_heap_check_owned(sm_heap_t *heap, const void *p) { return sm_heap_contai
 
 bool sm_is_in_heap_region(const void *p) { return sm_check_owned(p); }
 
+/* secure build: a block the program freed that waits in a quarantine, not a live one (free.c
+ * marks it: huge blocks by their link, the others by the freed mark) */
+static bool block_quarantined(const sm_page_t *page, const uint8_t *block) {
+#if SM_SECURE
+  if (smi_page_segment(page)->kind == SM_SEGMENT_HUGE)
+    return smi_option(sm_option_quarantine) > 0 && smi_block_next(page, (const sm_block_t *)block) == (sm_block_t *)smi_page_start(page);
+  return smi_padding_is_freed(block, page->block_size);
+#else
+  (void)page, (void)block;
+  return false;
+#endif
+}
+
 static bool visit_area(const sm_heap_t *heap, sm_page_t *page, bool all, sm_block_visit_fun *visitor, void *arg) {
   size_t bsize = page->block_size;
   sm_heap_area_t area = {
@@ -592,7 +684,7 @@ static bool visit_area(const sm_heap_t *heap, sm_page_t *page, bool all, sm_bloc
   };
   if (!visitor(heap, &area, NULL, area.block_size, arg)) return false;
   if (!all || page->used == 0) return true;
-  if (page->capacity == 1) return visitor(heap, &area, area.blocks, area.block_size, arg);
+  if (page->capacity == 1) return block_quarantined(page, area.blocks) || visitor(heap, &area, area.blocks, area.block_size, arg);
   /* live = carved and on no free list */
   uint64_t free_map[SM_SMALL_PAGE_SIZE / 8 / 64] = {0};
   sm_block_t *lists[2] = {page->free, page->local_free};
@@ -605,7 +697,9 @@ static bool visit_area(const sm_heap_t *heap, sm_page_t *page, bool all, sm_bloc
   }
   for (size_t i = 0; i < page->capacity; i++) {
     if (free_map[i / 64] & ((uint64_t)1 << (i % 64))) continue;
-    if (!visitor(heap, &area, smi_page_start(page) + i * bsize, area.block_size, arg)) return false;
+    uint8_t *block = smi_page_start(page) + i * bsize;
+    if (block_quarantined(page, block)) continue;
+    if (!visitor(heap, &area, block, area.block_size, arg)) return false;
   }
   return true;
 }

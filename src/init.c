@@ -63,6 +63,8 @@ void smi_process_init(void) {
 }
 
 static void thread_done(void *value);
+static void fork_prepare(void);
+static void fork_parent(void);
 static void fork_child(void);
 
 
@@ -71,7 +73,7 @@ static void process_init_late(void) {
   int state = PROCESS_NONE;
   if (atomic_compare_exchange_strong(&process_late_state, &state, PROCESS_STARTING)) {
     pthread_key_create(&thread_key, thread_done);
-    pthread_atfork(smi_purger_fork_prepare, smi_purger_fork_parent, fork_child);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
     atomic_store_explicit(&process_late_state, PROCESS_READY, memory_order_release);
     return;
   }
@@ -91,12 +93,31 @@ static sm_heap_t *pool_first; /* guarded by pool_lock; heaps linked through pool
 static void pool_acquire(void) { smi_spin_lock(&pool_lock); }
 static void pool_release(void) { smi_spin_unlock(&pool_lock); }
 
-/* fork child: a lock held by a thread that does not exist in the child is released; both locks
- * guard only a pointer swap or two, so their lists are intact either way */
+/* fork: a lock that another thread held at the fork would stay held in the child, which has only
+ * the forking thread, and what it guards would be half changed. So the locks the child may need
+ * are taken before the fork and let go on both sides: those of the heaps made with sm_heap_new
+ * (not the threads' own heaps: see smi_heaps_fork_lock), then the pool's and the abandoned list's
+ * (held while a heap's lock is, never the other way round). The purger is out of its tick first:
+ * it holds heap locks without waiting for them. */
+static void fork_prepare(void) {
+  smi_purger_fork_prepare();
+  smi_heaps_fork_lock();
+  pool_acquire();
+  smi_abandoned_lock_acquire();
+}
+
+static void fork_parent(void) {
+  smi_abandoned_lock_release();
+  pool_release();
+  smi_heaps_fork_unlock(false);
+  smi_purger_fork_parent();
+}
+
 static void fork_child(void) {
-  smi_abandoned_lock_reset();
+  smi_abandoned_lock_release();
+  pool_release();
+  smi_heaps_fork_unlock(true);
   smi_purger_fork_child();
-  atomic_store_explicit(&pool_lock, false, memory_order_relaxed);
 }
 
 uintptr_t smi_new_owner_id(void) { return atomic_fetch_add_explicit(&next_thread_id, 1, memory_order_relaxed); }

@@ -238,7 +238,8 @@ static inline void smi_segments_purge_due(sm_tld_t *tld) {
 bool smi_segment_is_registered(const sm_segment_t *segment);
 const sm_segment_t *smi_segment_containing(const void *p); /* NULL if p is in no segment */
 void smi_segments_absorb(sm_tld_t *tld, sm_tld_t *from, uintptr_t thread_id);
-void smi_abandoned_lock_reset(void);
+void smi_abandoned_lock_acquire(void); /* fork */
+void smi_abandoned_lock_release(void);
 
 /* ---- page.c ---- */
 void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero);
@@ -269,9 +270,13 @@ void smi_heaps_disown(uintptr_t thread_id);     /* thread exit: its heaps are se
 void smi_deferred_free(bool force);
 bool smi_deferred_free_set(void);
 void smi_heaps_stats_sync(void); /* the calling thread's heaps and all locked parts: figures up to date */
+extern _Atomic(size_t) smi_remote_notifying; /* free.c: remote frees telling a heap about a full page */
+void smi_heaps_fork_lock(void); /* fork: the locks of the heaps made with sm_heap_new, and of their list */
+void smi_heaps_fork_unlock(bool child);
 
 /* ---- purge.c: the background purger ---- */
 void smi_heaps_register(sm_heap_t *heap);
+sm_heap_t *smi_heaps_first(void); /* every heap ever made, linked by all_next */
 void smi_purger_want(void);
 /* the purger's thread: a memory barrier on every thread of the process (false if unavailable) */
 bool smi_purger_barrier(void);
@@ -303,6 +308,8 @@ bool smi_block_is_live(const void *p); /* every check a free makes (reported the
 #endif
 #if SM_SECURE
 void smi_quarantine_flush(sm_heap_t *heap);
+void smi_quarantines_hold(void); /* sm_heap_destroy: no thread uses its ring until released */
+void smi_quarantines_release(void);
 /* every heap is the first member of its thread data (init.c, smi_thread_data_alloc) */
 static inline sm_quarantine_t *smi_heap_quarantine(sm_heap_t *heap) { return &((sm_thread_data_t *)heap)->quarantine; }
 #endif

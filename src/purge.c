@@ -66,6 +66,8 @@ void smi_heaps_register(sm_heap_t *heap) {
   } while (!atomic_compare_exchange_weak_explicit(&heaps_all, &first, heap, memory_order_release, memory_order_relaxed));
 }
 
+sm_heap_t *smi_heaps_first(void) { return atomic_load_explicit(&heaps_all, memory_order_acquire); }
+
 void smi_purger_want(void) {
   int expected = PURGER_OFF;
   if (smi_option(sm_option_background_purge) != 0) atomic_compare_exchange_strong(&purger_state, &expected, PURGER_WANTED);

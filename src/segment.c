@@ -1033,14 +1033,20 @@ void *smi_huge_remap(sm_segment_t *segment, size_t newsize) {
 }
 
 void smi_huge_free(sm_segment_t *segment) {
-  sm_heap_t *heap = smi_page_heap(&segment->pages[0]);
-  if (heap != NULL) { /* off its heap's list (the lock: another thread may be freeing one too) */
+  /* off its heap's list (the lock: another thread may be freeing one too). The heap read before
+   * the lock may have let the block go meanwhile (sm_heap_delete) and even be another heap now
+   * (heaps are reused): only the one the block names under the lock is its heap. */
+  for (sm_heap_t *heap; (heap = smi_page_heap(&segment->pages[0])) != NULL;) {
     smi_heap_lock(heap);
-    if (segment->prev != NULL) segment->prev->next = segment->next;
-    else heap->huge_first = segment->next;
-    if (segment->next != NULL) segment->next->prev = segment->prev;
-    atomic_store_explicit(&segment->pages[0].heap, NULL, memory_order_relaxed);
+    bool still = smi_page_heap(&segment->pages[0]) == heap;
+    if (still) {
+      if (segment->prev != NULL) segment->prev->next = segment->next;
+      else heap->huge_first = segment->next;
+      if (segment->next != NULL) segment->next->prev = segment->prev;
+      atomic_store_explicit(&segment->pages[0].heap, NULL, memory_order_relaxed);
+    }
     smi_heap_unlock(heap);
+    if (still) break;
   }
   segment->pages[0].in_use = 0; /* a second free of it is then seen as invalid */
   smi_count_add(SM_COUNT_HUGE, -(int64_t)segment->map_size);
@@ -1057,9 +1063,9 @@ static _Atomic(bool) abandoned_lock;
 static sm_segment_t *abandoned_first, *abandoned_last;
 static _Atomic(size_t) abandoned_count;
 
-/* fork child: the lock may have been held by a thread that does not exist in the child. Its
- * critical sections only swap two pointers, so the list is intact either way. */
-void smi_abandoned_lock_reset(void) { atomic_store_explicit(&abandoned_lock, false, memory_order_relaxed); }
+/* fork: held across it (init.c), so that the child's list is not caught between two stores */
+void smi_abandoned_lock_acquire(void) { smi_spin_lock(&abandoned_lock); }
+void smi_abandoned_lock_release(void) { smi_spin_unlock(&abandoned_lock); }
 
 bool smi_segments_abandoned_any(void) { return atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0; }
 

@@ -232,7 +232,8 @@ typedef struct sm_heap_s {
 /* freed blocks waiting before their real free (a FIFO ring; free.c) */
 typedef struct sm_quarantine_s {
   size_t head, count;
-  void *blocks[SM_QUARANTINE_MAX];
+  _Atomic(bool) busy; /* its thread is using it (sm_heap_destroy waits that out) */
+  void *blocks[SM_QUARANTINE_MAX]; /* NULL: a block whose heap was destroyed */
 } sm_quarantine_t;
 #endif
 

@@ -3,8 +3,11 @@
  * getline, fprintf), which takes glibc's stdio locks; the main thread and one worker fork over and
  * over.  Each child checks and frees blocks the parent allocated, allocates, reallocates, starts a
  * thread and uses stdio, then exits; some also check that memory they free goes back.  The
- * program's own pthread_atfork handlers allocate and free as well.  A child that hangs is killed after a timeout and reported as a
- * deadlock; a fork() that does not return is caught by a watchdog thread. */
+ * program's own pthread_atfork handlers allocate and free as well.  One more thread keeps taking
+ * the allocator's locks: it allocates huge blocks from a heap of its own (that heap's lock is held
+ * around the mmap) and calls sm_collect (the heap list's lock); the child frees a huge block of
+ * that heap and makes and deletes a heap of its own.  A child that hangs is killed after a timeout
+ * and reported as a deadlock; a fork() that does not return is caught by a watchdog thread. */
 #include "sm-test.h"
 
 #include <poll.h>
@@ -29,6 +32,7 @@ static atomic_int stop;
 static atomic_long progress;           /* bumped by every completed fork, watched by the watchdog */
 static atomic_int failed_children, hung_children, forks_done;
 static char *parent_blocks[NPARENT];   /* allocated before the threads start, never touched by them */
+static void *_Atomic heap_huge;        /* a huge block of heap_thread's heap, freed only by children */
 static size_t parent_sizes[NPARENT];
 
 static uint64_t rnd(uint64_t *s) {
@@ -102,6 +106,14 @@ static int child_work(void) {
     if (rss_bytes() > before + 32 * MiB) return 17;
   }
   if (atfork_child_ok != 1) return 18;
+  void *hh = atomic_load(&heap_huge); /* its heap's lock may have been held at the fork */
+  if (hh != NULL && !sm_check_owned(hh)) return 19;
+  free(hh);
+  sm_heap_t *h = sm_heap_new(); /* the heap list's lock may have been held at the fork */
+  void *hb = h != NULL ? sm_heap_malloc(h, 5000) : NULL;
+  if (hb == NULL) return 19;
+  sm_heap_delete(h);
+  free(hb);
   pthread_t t;
   if (pthread_create(&t, NULL, child_thread, NULL)) return 14;
   void *r = NULL;
@@ -144,7 +156,8 @@ static void do_fork(void) {
   else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
     if (atomic_fetch_add(&failed_children, 1) < 5)
       fprintf(stderr, "child %d: expected exit 0, seen %s %d (10-11 parent block lost/damaged, 12 realloc, 13 malloc, "
-                      "14 thread, 15 stdio, 16-17 64 MiB not given back after sm_collect(true), 18 atfork handler)\n",
+                      "14 thread, 15 stdio, 16-17 64 MiB not given back after sm_collect(true), 18 atfork handler, "
+                      "19 heap API)\n",
               (int)pid, WIFSIGNALED(st) ? "signal" : "exit code",
               WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
   }
@@ -177,6 +190,20 @@ static void *worker(void *arg) {
  * list lock after the atfork prepare handlers ran; fflush(NULL) holds that list lock while it takes
  * each FILE's lock; getline holds its FILE's lock while it mallocs (here: growing a buffer to
  * 512 KiB, through the slow paths).  An allocator lock held across fork() closes the cycle. */
+/* holds the allocator's locks as often as it can: a heap's around a huge allocation, the heap
+ * list's in sm_collect */
+static void *heap_thread(void *arg) {
+  (void)arg;
+  sm_heap_t *h = sm_heap_new();
+  atomic_store(&heap_huge, h != NULL ? sm_heap_malloc(h, 6 << 20) : NULL);
+  while (h != NULL && !atomic_load(&stop)) {
+    sm_free(sm_heap_malloc(h, 4 << 20));
+    sm_collect(false);
+  }
+  sm_free(atomic_load(&heap_huge));
+  return NULL;
+}
+
 static char line_file[64];
 static void *flush_thread(void *arg) {
   (void)arg;
@@ -243,11 +270,12 @@ int main(void) {
     }
     fclose(lf);
   }
-  pthread_t w[NWORKERS], io, io2, wd;
+  pthread_t w[NWORKERS], io, io2, wd, ht;
   pthread_create(&wd, NULL, watchdog, NULL);
   for (int i = 0; i < NWORKERS; i++) pthread_create(&w[i], NULL, worker, (void *)(intptr_t)i);
   pthread_create(&io, NULL, flush_thread, NULL);
   pthread_create(&io2, NULL, getline_thread, NULL);
+  pthread_create(&ht, NULL, heap_thread, NULL);
   usleep(50000);
   for (int i = 0; i < FORKS_MAIN; i++) do_fork();
   while (atomic_load(&forks_done) < FORKS_MAIN + FORKS_WORKER && atomic_load(&hung_children) == 0) usleep(10000);
@@ -255,6 +283,7 @@ int main(void) {
   for (int i = 0; i < NWORKERS; i++) pthread_join(w[i], NULL);
   pthread_join(io, NULL);
   pthread_join(io2, NULL);
+  pthread_join(ht, NULL);
   unlink(line_file);
   pthread_join(wd, NULL);
   SECTION("fork: threads allocating, fflush(NULL) and getline threads; child allocates, frees parent blocks") {

@@ -6,6 +6,8 @@
 #include "sm-test.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <shardmalloc.h>
 #include <stdbool.h>
 
@@ -69,6 +71,21 @@ static void *foreign_free(void *arg) {
   foreign_t *f = arg;
   for (int i = 0; i < 1000; i++) sm_free(f->blocks[i]);
   return NULL;
+}
+
+/* huge blocks of a heap being deleted, freed by another thread meanwhile (mailboxes) */
+#define HUGE_MAILBOXES 4
+static void *_Atomic huge_mailbox[HUGE_MAILBOXES];
+static atomic_int huge_freer_stop;
+static void *huge_freer(void *arg) {
+  while (!atomic_load(&huge_freer_stop))
+    for (int i = 0; i < HUGE_MAILBOXES; i++) sm_free(atomic_exchange(&huge_mailbox[i], NULL));
+  return arg;
+}
+static bool count_huge_areas(const sm_heap_t *heap, const sm_heap_area_t *area, void *block, size_t size, void *arg) {
+  (void)heap, (void)size;
+  if (block == NULL && area->block_size > ((size_t)2 << 20)) ++*(int *)arg;
+  return true;
 }
 
 static sm_heap_t *orphan_heap;
@@ -207,6 +224,33 @@ int main(void) {
     sm_heap_visit_blocks(heap, true, count_visitor, &v);
     CHECK_EQ(v.blocks, 0);
     sm_heap_delete(heap);
+  }
+
+  SECTION("delete while another thread frees the heap's huge blocks: the next heap's list of huge blocks stays right") {
+    /* the freer takes the block's heap, then its lock: by then the delete may have handed the
+     * blocks over and the heap (its memory reused by the next sm_heap_new) may be another one */
+    pthread_t t;
+    pthread_create(&t, NULL, huge_freer, NULL);
+    int wrong = 0, rounds = SM_TEST_SM_API ? 1000 : 10000;
+    for (int it = 0; it < rounds && wrong == 0; it++) {
+      sm_heap_t *h = sm_heap_new();
+      for (int i = 0; i < HUGE_MAILBOXES; i++) {
+        void *p = sm_heap_malloc(h, ((size_t)3 << 20) + (size_t)i * 4096);
+        while (atomic_load(&huge_mailbox[i]) != NULL) sched_yield();
+        atomic_store(&huge_mailbox[i], p);
+      }
+      sm_heap_delete(h);
+      sm_heap_t *h2 = sm_heap_new();
+      void *q = sm_heap_malloc(h2, (size_t)3 << 20);
+      int n = 0;
+      sm_heap_visit_blocks(h2, false, count_huge_areas, &n);
+      if (n != 1) wrong = it + 1;
+      sm_free(q);
+      sm_heap_destroy(h2);
+    }
+    atomic_store(&huge_freer_stop, 1);
+    pthread_join(t, NULL);
+    CHECK(wrong == 0, "expected the new heap to list its one huge block, seen another count in round %d", wrong);
   }
 
   SECTION("a heap outlives its creator and stays usable") {

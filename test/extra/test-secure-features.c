@@ -59,6 +59,13 @@ static void poke(uintptr_t addr, const char *what) {
 
 static volatile uintptr_t sink;
 
+/* sm_heap_visit_blocks visitor (its types spelled out: the test does not link the library) */
+static bool visit_count_blocks(const void *heap, const void *area, void *block, size_t size, void *arg) {
+  (void)heap, (void)area, (void)size;
+  if (block != NULL) ++*(int *)arg;
+  return true;
+}
+
 static int codes[16], ncodes;
 static void handler(int err, void *arg) {
   (void)arg;
@@ -276,6 +283,44 @@ static int child(const char *c) {
     printf("child: the dangling block was handed out %d times\n", times);
     return 0;
   }
+  if (!strcmp(c, "quarantine-destroy")) { /* SHARDMALLOC_QUARANTINE=50 */
+    /* a block freed before its heap is destroyed waits in the quarantine; when it leaves, its
+     * memory belongs to a new heap: it must not be freed into it (small and huge blocks). While
+     * it waits, sm_heap_visit_blocks does not count it as live. */
+    void *(*heap_new)(void) = (void *(*)(void))sym("sm_heap_new");
+    void *(*heap_malloc)(void *, size_t) = (void *(*)(void *, size_t))sym("sm_heap_malloc");
+    void (*heap_destroy)(void *) = (void (*)(void *))sym("sm_heap_destroy");
+    bool (*visit)(void *, bool, bool (*)(const void *, const void *, void *, size_t, void *), void *) =
+        (bool (*)(void *, bool, bool (*)(const void *, const void *, void *, size_t, void *), void *))sym("sm_heap_visit_blocks");
+    int twice = 0, damaged = 0, visited_too_many = 0;
+    for (int k = 0; k < 2; k++) {
+      size_t size = k == 0 ? 64 : (size_t)8 << 20;
+      void *h = heap_new();
+      void *keep = heap_malloc(h, size), *p = heap_malloc(h, size);
+      free(opaque_ptr(p)); /* waits in this thread's quarantine */
+      int live = 0;
+      visit(h, true, visit_count_blocks, &live);
+      visited_too_many += live != 1;
+      (void)keep;
+      heap_destroy(h);
+      void *h2 = heap_new(), *got[64];
+      for (int i = 0; i < 64; i++) {
+        got[i] = heap_malloc(h2, size);
+        memset(got[i], 0xA0 + i, size < 4096 ? size : 4096);
+      }
+      for (int i = 0; i < 60; i++) free(opaque_ptr(malloc(32))); /* p leaves the quarantine */
+      for (int i = 0; i < 64; i++) {
+        void *q = heap_malloc(h2, size);
+        for (int j = 0; j < 64; j++) twice += q == got[j];
+      }
+      for (int i = 0; i < 64; i++)
+        for (size_t b = 0; b < (size < 4096 ? size : 4096); b++) damaged += ((unsigned char *)got[i])[b] != (unsigned char)(0xA0 + i);
+      heap_destroy(h2);
+    }
+    printf("child: handed out twice %d, damaged bytes %d, visits counting a quarantined block %d\n", twice, damaged,
+           visited_too_many);
+    return 0;
+  }
   if (!strcmp(c, "quarantine")) { /* run with SHARDMALLOC_QUARANTINE=8 (or not, as a control) */
     enum { K = 8 };
     void *keep[2000];
@@ -453,6 +498,13 @@ int main(int argc, char **argv) {
     run_secure(&r, "quarantine", NULL, NULL);
     s = strstr(r.out, "malloc number ");
     printf("      (control, no quarantine: handed out again at malloc %d of 2000)\n", s ? atoi(s + 14) : -2);
+  }
+
+  SECTION("SHARDMALLOC_QUARANTINE=50: a quarantined block of a destroyed heap is not freed into its memory's new heap, nor visited") {
+    run_secure(&r, "quarantine-destroy", "SHARDMALLOC_QUARANTINE=50", NULL);
+    CHECK(child_exited(&r, 0), "expected exit 0, seen %s; output:%s", child_how(&r), child_output(&r));
+    CHECK(child_says(&r, "handed out twice 0, damaged bytes 0, visits counting a quarantined block 0"),
+          "expected no block handed out twice, none damaged, none visited; output:%s", child_output(&r));
   }
 
   SECTION("SHARDMALLOC_ZERO_ON_FREE=1: a freed block reads 0 past its first word") {
