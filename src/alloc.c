@@ -50,6 +50,10 @@ static size_t usable_raw(const void *p) {
 #define SM_FILL_SLACK 0xDB
 
 static size_t padded(size_t size) { return size > SM_MAX_ALLOC_SIZE ? SIZE_MAX : size + SM_PADDING; }
+/* A zeroed request that becomes a huge block is cleared by smi_huge_alloc, which writes nothing
+ * where the OS cleared it: clearing it here would write (and commit) every page of what may be
+ * gigabytes (calloc of 1 TiB ran into the OOM killer instead of returning a lazy block). */
+static bool huge_zeroed(size_t size, bool zero) { return zero && padded(size) > SM_LARGE_OBJ_MAX; }
 
 /* the requested size recorded in p's padding (the whole span if the record is damaged) */
 static size_t padding_requested(const void *p, size_t usable) {
@@ -68,6 +72,24 @@ static size_t padding_usable(const void *p, size_t usable) {
  * reading as zero after it grows in place) */
 static size_t zero_len(size_t size, size_t usable) { return SM_PADDING_EXACT ? size : usable - SM_PADDING; }
 
+#if SM_DEBUG
+/* the first byte of b[from, to) that is not `fill`, or SIZE_MAX; a word at a time: the debug build
+ * reads every freed block at its reuse and every block's slack at its free */
+static size_t first_unlike(const uint8_t *b, size_t from, size_t to, uint8_t fill) {
+  const uint64_t words = 0x0101010101010101ull * fill;
+  size_t i = from;
+  for (; i < to && (i & 7) != 0; i++)
+    if (b[i] != fill) return i;
+  for (uint64_t w; i + 8 <= to; i += 8) {
+    memcpy(&w, b + i, 8);
+    if (w != words) break;
+  }
+  for (; i < to; i++)
+    if (b[i] != fill) return i;
+  return SIZE_MAX;
+}
+#endif
+
 /* every case: fill patterns and the write-after-free check (debug), memory checkers, aligned
  * pointers inside their block. Out of line, except for the memory checkers: they name the
  * function that announces a block as its allocator, which must be malloc. */
@@ -76,7 +98,7 @@ __attribute__((always_inline)) static inline
 #else
 static sm_noinline
 #endif
-void *padding_finish_full(void *p, size_t size, bool zero) {
+void *padding_finish_full(void *p, size_t size, bool zero, bool cleared) {
   uint8_t *b = p;
   size_t usable = usable_raw(p);
   smi_track_undefined(b, usable);
@@ -86,21 +108,14 @@ void *padding_finish_full(void *p, size_t size, bool zero) {
     const sm_page_t *page = smi_segment_page_of(segment, p);
     const uint8_t *block = smi_page_start(page) + (size_t)(b - smi_page_start(page)) / page->block_size * page->block_size;
     smi_track_defined(block, page->block_size); /* the fill is ours to read (memory checkers) */
-    /* a word at a time (block sizes are multiples of 8): this runs on every malloc */
-    const uint64_t fill = 0x0101010101010101ull * SM_FILL_FREED;
-    for (size_t i = sizeof(sm_block_t); i < page->block_size; i += 8) {
-      uint64_t word;
-      memcpy(&word, block + i, 8);
-      if (sm_likely(word == fill)) continue;
-      while (block[i] == SM_FILL_FREED) i++; /* the first byte written */
+    size_t i = first_unlike(block, sizeof(sm_block_t), page->block_size, SM_FILL_FREED);
+    if (i != SIZE_MAX)
       smi_error(EFAULT, "write after free in block %p (block size %zu): byte %zu was written", (void *)block, page->block_size, i);
-      break;
-    }
   }
-  memset(b, zero ? 0 : SM_FILL_FRESH, size); /* after the check: it covers the link word too */
+  if (!cleared) memset(b, zero ? 0 : SM_FILL_FRESH, size); /* after the check: it covers the link word too */
   memset(b + size, SM_FILL_SLACK, usable - size - SM_PADDING);
 #else
-  memset(b, 0, zero ? zero_len(size, usable) : sizeof(sm_block_t)); /* no link leaks out (usable >= SM_PADDING) */
+  if (!cleared) memset(b, 0, zero ? zero_len(size, usable) : sizeof(sm_block_t)); /* no link leaks out (usable >= SM_PADDING) */
 #endif
   /* an aligned pointer inside its block: the block's own start must not look free either */
   const sm_segment_t *seg = smi_ptr_segment(b);
@@ -125,15 +140,19 @@ void *padding_finish_full(void *p, size_t size, bool zero) {
 }
 
 /* The secure build's common case, a block start: clear the link word (no free-list pointer
- * leaks to the program) and write the padding, inline. Every block is at least 8 bytes. */
-__attribute__((always_inline)) static inline void *padding_finish(void *p, size_t size, bool zero) {
+ * leaks to the program) and write the padding, inline. Every block is at least 8 bytes.
+ * cleared: a zeroed request whose block reads as zero already (see huge_zeroed). */
+__attribute__((always_inline)) static inline void *padding_finish(void *p, size_t size, bool zero, bool cleared) {
   if (p == NULL) return NULL;
   uint8_t *b = p;
   const sm_page_t *page = smi_segment_page_of(smi_ptr_segment(b), b);
   __asm__("" : "+r"(page)); /* computed once: gcc otherwise re-derives it from the index */
-  if (SM_DEBUG || SM_TRACK || sm_unlikely(smi_page_has_aligned(page))) return padding_finish_full(p, size, zero);
-  if (zero) memset(b, 0, zero_len(size, page->block_size));
-  else memset(b, 0, sizeof(sm_block_t)); /* a constant size: one store */
+  if (SM_DEBUG || SM_TRACK || sm_unlikely(smi_page_has_aligned(page))) return padding_finish_full(p, size, zero, cleared);
+  if (zero) {
+    if (!cleared) memset(b, 0, zero_len(size, page->block_size));
+  } else {
+    memset(b, 0, sizeof(sm_block_t)); /* a constant size: one store */
+  }
   smi_padding_write(b, size, page->block_size);
   return p;
 }
@@ -148,9 +167,7 @@ void smi_padding_check(const void *p, size_t block_size) {
   smi_track_defined(b + from, usable - from);
   size_t bad = SIZE_MAX;
 #if SM_DEBUG
-  for (size_t i = size; bad == SIZE_MAX && i < canary_at; i++) {
-    if (b[i] != SM_FILL_SLACK) bad = i;
-  }
+  if (size < canary_at) bad = first_unlike(b, size, canary_at, SM_FILL_SLACK);
 #endif
   uint32_t canary = smi_canary_of(p);
   for (size_t i = 0; bad == SIZE_MAX && i < 4; i++) {
@@ -195,7 +212,8 @@ void *sm_expand(void *p, size_t newsize) {
 }
 #else
 #define padded(size) (size)
-#define padding_finish(p, size, zero) (p)
+#define padding_finish(p, size, zero, cleared) (p)
+#define huge_zeroed(size, zero) (zero)
 size_t smi_usable_size(const void *p) { return p == NULL ? 0 : usable_raw(p); }
 void *sm_expand(void *p, size_t newsize) { return p != NULL && newsize <= usable_raw(p) ? p : NULL; }
 #endif
@@ -212,13 +230,14 @@ size_t sm_usable_size(const void *p) { return smi_usable_size(p); }
  * (no second lookup): the link word cleared, the padding written. The rest goes the generic way
  * and is finished by padding_finish. */
 static sm_noinline void *heap_alloc_generic(sm_heap_t *heap, size_t size, bool zero) {
-  return padding_finish(smi_malloc_generic(heap, padded(size), false), size, zero);
+  bool raw = huge_zeroed(size, zero);
+  return padding_finish(smi_malloc_generic(heap, padded(size), raw), size, zero, raw);
 }
 /* the popped block's link leaves its page: smi_page_pop reports it and keeps the block, so the
  * generic path finds another */
 static sm_noinline void *heap_alloc_bad_link(sm_heap_t *heap, sm_page_t *page, sm_block_t *block, size_t size, bool zero) {
   if (smi_page_pop(page, block) == NULL) return heap_alloc_generic(heap, size, zero);
-  return padding_finish(block, size, zero);
+  return padding_finish(block, size, zero, false);
 }
 static inline __attribute__((always_inline)) void *heap_alloc(sm_heap_t *heap, size_t size, bool zero) {
   if (sm_likely(size <= SM_DIRECT_MAX - SM_PADDING)) {
@@ -243,7 +262,8 @@ static inline __attribute__((always_inline)) void *heap_alloc(sm_heap_t *heap, s
 #else
 /* always inline: the memory checkers name the function that announces a block (malloc's caller) */
 static inline __attribute__((always_inline)) void *heap_alloc(sm_heap_t *heap, size_t size, bool zero) {
-  if (SM_CHECK_FREES || !zero) return padding_finish(smi_heap_malloc(heap, padded(size)), size, zero);
+  if (SM_CHECK_FREES && huge_zeroed(size, zero)) return padding_finish(heap_malloc_zero(heap, padded(size)), size, true, true);
+  if (SM_CHECK_FREES || !zero) return padding_finish(smi_heap_malloc(heap, padded(size)), size, zero, false);
   return heap_malloc_zero(heap, size);
 }
 #endif
@@ -278,6 +298,7 @@ void *sm_mallocn(size_t count, size_t size) {
 /* `alignment` is a power of two. Result r satisfies (r + offset) % alignment == 0. */
 static void *malloc_aligned_raw(sm_heap_t *heap, size_t size, size_t alignment, size_t offset, bool zero) {
   if (sm_unlikely(size > SM_MAX_ALLOC_SIZE)) return smi_enomem();
+  if (size == 0) size = 1; /* a block of its own, also where the alignment asks for whole segments */
   offset &= alignment - 1;
   /* Every page starts 4 KiB-aligned, so a class that is a multiple of the alignment gives
    * aligned blocks without any padding: the first such class from `size` on, unless padding
@@ -326,7 +347,8 @@ static void *malloc_aligned_raw(sm_heap_t *heap, size_t size, size_t alignment, 
 }
 
 void *smi_malloc_aligned(sm_heap_t *heap, size_t size, size_t alignment, size_t offset, bool zero) {
-  return padding_finish(malloc_aligned_raw(heap, padded(size), alignment, offset, zero && !SM_CHECK_FREES), size, zero);
+  bool raw = huge_zeroed(size, zero);
+  return padding_finish(malloc_aligned_raw(heap, padded(size), alignment, offset, raw), size, zero, raw);
 }
 
 /* The part of `heap` the calling thread allocates from, with `*locked` telling whether the caller
@@ -376,13 +398,21 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
 #endif
   size_t usable = smi_usable_size(p);
   bool aligned = alignment == 0 || (((uintptr_t)p + offset) & (alignment - 1)) == 0;
-  if (!SM_CHECK_FREES && aligned && newsize <= usable && newsize >= usable / 2) return p;
+  /* With zero, every byte past the new size up to the usable size reads as zero afterwards (as
+   * after a zeroed allocation), so that a later growth need clear only past the usable size:
+   * after a shrink in place they still hold what the program wrote. */
+  if (!SM_CHECK_FREES && aligned && newsize <= usable && newsize >= usable / 2) {
+    if (zero) memset((uint8_t *)p + newsize, 0, usable - newsize);
+    return p;
+  }
 #if SM_CHECK_FREES
-  /* padded builds: the block stays; its padding is rewritten */
+  /* padded builds: the block stays; its padding is rewritten (the debug build fills the bytes
+   * past the requested size, and reports the requested size as usable) */
   size_t room = usable_raw(p) - SM_PADDING;
   if (aligned && newsize <= room && newsize >= room / 2) {
     uint8_t *q = sm_expand(p, newsize);
     if (zero && q != NULL && newsize > usable) memset(q + usable, 0, newsize - usable);
+    else if (zero && q != NULL && !SM_PADDING_EXACT) memset(q + newsize, 0, usable - newsize);
     return q;
   }
 #endif
@@ -404,8 +434,9 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
     if (free_on_fail) sm_free(p);
     return NULL;
   }
-  memcpy(q, p, usable < newsize ? usable : newsize);
-  if (zero && newsize > usable) memset(q + usable, 0, smi_usable_size(q) - usable);
+  size_t kept = usable < newsize ? usable : newsize;
+  memcpy(q, p, kept);
+  if (zero) memset(q + kept, 0, smi_usable_size(q) - kept);
   sm_free(p);
   return q;
 }

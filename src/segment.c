@@ -288,8 +288,9 @@ static sm_segment_t *segment_cache_pop_largest(size_t max_units) {
   return segment;
 }
 
-/* a huge block larger than every cached mapping: the largest resident one, grown */
-static sm_segment_t *segment_cache_pop_grown(size_t units) {
+/* a huge block larger than every cached mapping: the largest resident one, grown (its first
+ * *old_size bytes hold what was there, the rest is fresh) */
+static sm_segment_t *segment_cache_pop_grown(size_t units, size_t *old_size_out) {
   sm_segment_t *segment = segment_cache_pop_largest(units - 1);
   if (segment == NULL) return NULL;
   size_t old_size = segment->map_size;
@@ -305,6 +306,7 @@ static sm_segment_t *segment_cache_pop_grown(size_t units) {
   }
   grown->map_start = (uint8_t *)grown;
   grown->map_size = units << SM_SEGMENT_SHIFT;
+  *old_size_out = old_size;
   return grown;
 }
 
@@ -921,6 +923,7 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
   if (map_size < size) return smi_enomem();
   sm_segment_t *segment = NULL;
   bool mem_zero = true;
+  size_t dirty = map_size; /* unless mem_zero: the mapping's first bytes that may hold old data */
   if (align == SM_SEGMENT_SIZE) {
     size_t units = map_size >> SM_SEGMENT_SHIFT;
     /* the best-fitting cached mapping; a larger one is split and its rest stays cached, so the
@@ -931,8 +934,8 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
       smi_mem_unpurged(segment->purged_bytes);
       if (segment->map_size > map_size) segment_cache_split(segment, map_size);
     }
-    else if ((segment = segment_cache_pop_grown(units)) != NULL) {
-      mem_zero = false; /* its old part holds what was there */
+    else if ((segment = segment_cache_pop_grown(units, &dirty)) != NULL) {
+      mem_zero = false; /* its old part holds what was there; a zeroed block clears only that */
     }
   }
   if (segment == NULL) {
@@ -951,7 +954,8 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
   segment_map_set(segment, true);
   smi_count_add(SM_COUNT_HUGE, (int64_t)map_size);
   smi_count_add(SM_COUNT_HUGE_BLOCKS, 1);
-  if (zero && !mem_zero) memset(smi_page_start(page), 0, page->block_size); /* all of it: rezalloc relies on it */
+  /* all of it (rezalloc relies on that), but not the pages the OS cleared */
+  if (zero && !mem_zero && dirty > offset) memset(smi_page_start(page), 0, dirty - offset < page->block_size ? dirty - offset : page->block_size);
   (void)size;
   if (heap->kind != SM_HEAP_THREAD) { /* heaps made by sm_heap_new know their huge blocks (destroy, visit) */
     atomic_store_explicit(&page->heap, heap, memory_order_relaxed);

@@ -426,6 +426,47 @@ int main(void) {
     CHECK_NONNULL(p);
     sm_free(p);
   }
+  SECTION("sm_rezalloc: past the kept bytes reads as zero after a shrink (in place or moved) and a growth") {
+    for (size_t big = 100; big <= 70000; big = big * 5 + 3) {
+      const size_t cuts[] = {big - 1, big / 2 + 1, big / 3, 8};
+      for (int c = 0; c < 4; c++) {
+        unsigned char *p = sm_zalloc(big);
+        memset(p, 0xAA, big);
+        p = sm_rezalloc(p, cuts[c]);
+        p = sm_rezalloc(p, big * 2);
+        CHECK_NONNULL(p);
+        if (!p) continue;
+        size_t bad = SIZE_MAX;
+        for (size_t i = 0; i < big * 2 && bad == SIZE_MAX; i++)
+          if (p[i] != (i < cuts[c] ? 0xAA : 0)) bad = i;
+        CHECK(bad == SIZE_MAX, "zalloc(%zu), rezalloc to %zu, then to %zu: expected byte %zu to read %s, seen 0x%02x", big,
+              cuts[c], big * 2, bad, bad < cuts[c] ? "0xAA" : "0", bad == SIZE_MAX ? 0 : p[bad]);
+        sm_free(p);
+      }
+    }
+  }
+
+  SECTION("sm_malloc_aligned(0, 4 MiB and more): a block of its own, aligned, owned") {
+    for (size_t a = 4 * MiB; a <= 16 * MiB; a *= 2) {
+      void *p = sm_malloc_aligned(0, a), *q = sm_malloc_aligned(0, a);
+      CHECK(p != NULL && q != NULL && p != q, "alignment %zu, size 0: expected two blocks, seen %p and %p", a, p, q);
+      CHECK(((uintptr_t)p & (a - 1)) == 0, "alignment %zu, size 0: expected an aligned block, seen %p", a, p);
+      CHECK_OWNED(p);
+      sm_free(p);
+      sm_free(q);
+    }
+  }
+
+  SECTION("sm_calloc of 1 GiB writes nothing: resident memory grows by less than 64 MiB") {
+    size_t before = rss_bytes();
+    unsigned char *p = sm_calloc(1, (size_t)1 << 30);
+    size_t after = rss_bytes();
+    CHECK_NONNULL(p);
+    CHECK(after < before + 64 * MiB, "expected RSS to grow by less than 64 MiB, seen %zu -> %zu MiB", before / MiB, after / MiB);
+    if (p) CHECK(p[0] == 0 && p[((size_t)1 << 30) - 1] == 0 && p[(size_t)1 << 29] == 0, "expected zeros");
+    sm_free(p);
+  }
+
 #if SM_TEST_OVERRIDE
   SECTION("sm_ and standard calls mix: malloc/sm_free, sm_malloc/free, realloc across") {
     for (size_t n = 1; n < (4u << 20); n = n * 3 + 1) {
