@@ -51,6 +51,7 @@ void smi_process_init(void) {
     smi_free_options_update();
 #endif
     smi_options_init();
+    if (smi_option(sm_option_show_stats)) smi_os_stderr_keep(); /* printed at exit */
     smi_stats_init();
     smi_arenas_init(); /* after the options: reserve_os_memory, reserve_huge_os_pages, NUMA */
 #if SM_DEBUG

@@ -33,6 +33,7 @@ void smi_os_random_bytes(void *buf, size_t n);
 uint64_t smi_os_now_ms(void); /* monotonic, coarse (a few ms): for deadlines, not for measuring */
 uint64_t smi_os_clock_ms(void);  /* monotonic, to the ms: for measuring (statistics) */
 void smi_os_write_stderr(const char *buf, size_t len);
+void smi_os_stderr_keep(void); /* from now on, writes reach stderr even after the program closes it */
 /* resource use of the whole process, for statistics; never allocates (no stdio). Times in ms,
  * sizes in bytes, faults counted since the process started; 0 where the OS does not tell. */
 typedef struct smi_os_process_info_s {

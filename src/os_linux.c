@@ -225,10 +225,23 @@ static uint64_t os_clock_ms(clockid_t clock) {
 uint64_t smi_os_now_ms(void) { return os_clock_ms(CLOCK_MONOTONIC_COARSE); }
 uint64_t smi_os_clock_ms(void) { return os_clock_ms(CLOCK_MONOTONIC); }
 
-void smi_os_write_stderr(const char *buf, size_t len) {
+/* a copy of stderr for what is printed at exit: GNU tools close stderr before that (gnulib's
+ * close_stdout), and the statistics then vanished with EBADF */
+static int stderr_copy = -1;
+void smi_os_stderr_keep(void) {
   int saved = errno;
+  if (stderr_copy < 0) stderr_copy = fcntl(2, F_DUPFD_CLOEXEC, 100); /* high: out of the program's way */
+  errno = saved;
+}
+
+void smi_os_write_stderr(const char *buf, size_t len) {
+  int saved = errno, fd = 2;
   while (len > 0) {
-    ssize_t w = write(2, buf, len);
+    ssize_t w = write(fd, buf, len);
+    if (w < 0 && errno == EBADF && fd == 2 && stderr_copy >= 0) { /* stderr closed: still where it was */
+      fd = stderr_copy;
+      continue;
+    }
     if (w <= 0) break;
     buf += w;
     len -= (size_t)w;
