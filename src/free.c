@@ -302,6 +302,14 @@ void smi_quarantines_hold(void) {
 }
 void smi_quarantines_release(void) { atomic_fetch_sub_explicit(&quarantines_held, 1, memory_order_release); }
 
+/* fork child: the threads that held the count up or had their ring busy are gone (their rings
+ * are never used again; a destroy in progress had taken its heap out of the list already) */
+void smi_quarantines_fork_child(void) {
+  atomic_store_explicit(&quarantines_held, 0, memory_order_relaxed);
+  for (sm_heap_t *heap = smi_heaps_first(); heap != NULL; heap = heap->all_next)
+    atomic_store_explicit(&smi_heap_quarantine(heap)->busy, false, memory_order_relaxed);
+}
+
 /* zero_on_free, and the quarantine: a freed block waits in a per-thread FIFO until `quarantine`
  * later frees have passed, so a dangling pointer does not immediately alias a new block. Returns
  * the block to free now (p, an older one, or NULL); ring busy (see above) unless it returns p. */

@@ -659,13 +659,15 @@ bool sm_heap_check_owned(sm_heap_t *heap, const void *p) { return sm_heap_contai
 
 bool sm_is_in_heap_region(const void *p) { return sm_check_owned(p); }
 
-/* secure build: a block the program freed that waits in a quarantine, not a live one (free.c
- * marks it: huge blocks by their link, the others by the freed mark) */
-static bool block_quarantined(const sm_page_t *page, const uint8_t *block) {
+/* secure build: a block the program freed that is not on a free list yet, so not live: one that
+ * waits in a quarantine (free.c points its link at its page's first block; zero_on_free may have
+ * cleared its freed mark, and an aligned pointer's mark is its own, not its block's), or one
+ * freed into a list this visit does not collect (its freed mark) */
+static bool block_freed(const sm_page_t *page, const uint8_t *block) {
 #if SM_SECURE
-  if (smi_page_segment(page)->kind == SM_SEGMENT_HUGE)
-    return smi_option(sm_option_quarantine) > 0 && smi_block_next(page, (const sm_block_t *)block) == (sm_block_t *)smi_page_start(page);
-  return smi_padding_is_freed(block, page->block_size);
+  if (smi_option(sm_option_quarantine) > 0 && smi_block_next(page, (const sm_block_t *)block) == (sm_block_t *)smi_page_start(page))
+    return true;
+  return smi_page_segment(page)->kind != SM_SEGMENT_HUGE && smi_padding_is_freed(block, page->block_size);
 #else
   (void)page, (void)block;
   return false;
@@ -684,7 +686,7 @@ static bool visit_area(const sm_heap_t *heap, sm_page_t *page, bool all, sm_bloc
   };
   if (!visitor(heap, &area, NULL, area.block_size, arg)) return false;
   if (!all || page->used == 0) return true;
-  if (page->capacity == 1) return block_quarantined(page, area.blocks) || visitor(heap, &area, area.blocks, area.block_size, arg);
+  if (page->capacity == 1) return block_freed(page, area.blocks) || visitor(heap, &area, area.blocks, area.block_size, arg);
   /* live = carved and on no free list */
   uint64_t free_map[SM_SMALL_PAGE_SIZE / 8 / 64] = {0};
   sm_block_t *lists[2] = {page->free, page->local_free};
@@ -698,7 +700,7 @@ static bool visit_area(const sm_heap_t *heap, sm_page_t *page, bool all, sm_bloc
   for (size_t i = 0; i < page->capacity; i++) {
     if (free_map[i / 64] & ((uint64_t)1 << (i % 64))) continue;
     uint8_t *block = smi_page_start(page) + i * bsize;
-    if (block_quarantined(page, block)) continue;
+    if (block_freed(page, block)) continue;
     if (!visitor(heap, &area, block, area.block_size, arg)) return false;
   }
   return true;

@@ -118,6 +118,9 @@ static void fork_child(void) {
   smi_abandoned_lock_release();
   pool_release();
   smi_heaps_fork_unlock(true);
+#if SM_SECURE
+  smi_quarantines_fork_child();
+#endif
   smi_purger_fork_child();
 }
 

@@ -310,6 +310,7 @@ bool smi_block_is_live(const void *p); /* every check a free makes (reported the
 void smi_quarantine_flush(sm_heap_t *heap);
 void smi_quarantines_hold(void); /* sm_heap_destroy: no thread uses its ring until released */
 void smi_quarantines_release(void);
+void smi_quarantines_fork_child(void);
 /* every heap is the first member of its thread data (init.c, smi_thread_data_alloc) */
 static inline sm_quarantine_t *smi_heap_quarantine(sm_heap_t *heap) { return &((sm_thread_data_t *)heap)->quarantine; }
 #endif
