@@ -270,7 +270,7 @@ static inline __attribute__((always_inline)) void *heap_alloc(sm_heap_t *heap, s
 
 /* the body of sm_malloc and malloc: inlined into both, as smi_free is (free.c) */
 static inline __attribute__((always_inline)) void *smi_malloc(size_t size) { return heap_alloc(smi_tls_heap, size, false); }
-void *sm_malloc(size_t size) { return smi_malloc(size); }
+SM_HOT_ENTRY void *sm_malloc(size_t size) { return smi_malloc(size); }
 
 void *sm_malloc_small(size_t size) {
   sm_assert(size <= SM_SMALL_SIZE_MAX);

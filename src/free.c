@@ -410,4 +410,4 @@ static inline __attribute__((always_inline)) void smi_free(void *p) {
 #endif
 }
 
-void sm_free(void *p) { smi_free(p); }
+SM_HOT_ENTRY void sm_free(void *p) { smi_free(p); }

@@ -179,8 +179,8 @@ void *sm_heap_alloc_new_n(sm_heap_t *heap, size_t count, size_t size) {
 #define SM_PUBLIC __attribute__((visibility("default")))
 
 /* ---- C ---- */
-SM_PUBLIC void *malloc(size_t size) { return smi_malloc(size); } /* the body itself, as free's */
-SM_PUBLIC void free(void *p) { smi_free(p); } /* the body itself: no jump in between */
+SM_PUBLIC SM_HOT_ENTRY void *malloc(size_t size) { return smi_malloc(size); } /* the body itself, as free's */
+SM_PUBLIC SM_HOT_ENTRY void free(void *p) { smi_free(p); } /* the body itself: no jump in between */
 SM_PUBLIC void *calloc(size_t count, size_t size) { return sm_calloc(count, size); }
 SM_PUBLIC void *realloc(void *p, size_t size) { return smi_realloc(p, size, false); }
 SM_PUBLIC void cfree(void *p) { sm_cfree(p); }
