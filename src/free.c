@@ -280,32 +280,33 @@ static inline void free_block(void *p, sm_segment_t *segment, sm_page_t *page) {
 #if SM_SECURE
 /* sm_heap_destroy frees blocks without a free, while a block of that heap that some thread freed
  * earlier may still wait in that thread's quarantine: it must leave the ring before its memory is
- * someone else's. A ring is used only by its thread, flagged busy; a destroyer raises
- * quarantines_held, waits until no ring is busy and takes the heap's blocks out of every ring. */
-static _Atomic(unsigned) quarantines_held;
+ * someone else's. A ring is used only by its thread, flagged busy; a destroyer takes
+ * quarantines_held (one destroyer at a time: another one's heap may be going away under the
+ * rings' entries), waits until no ring is busy and takes the heap's blocks out of every ring. */
+static _Atomic(bool) quarantines_held;
 
 static void quarantine_enter(sm_quarantine_t *q) {
   for (;;) {
     atomic_store_explicit(&q->busy, true, memory_order_seq_cst);
-    if (atomic_load_explicit(&quarantines_held, memory_order_seq_cst) == 0) return;
+    if (!atomic_load_explicit(&quarantines_held, memory_order_seq_cst)) return;
     atomic_store_explicit(&q->busy, false, memory_order_release);
-    while (atomic_load_explicit(&quarantines_held, memory_order_acquire) != 0) sched_yield();
+    while (atomic_load_explicit(&quarantines_held, memory_order_acquire)) sched_yield();
   }
 }
 static void quarantine_leave(sm_quarantine_t *q) { atomic_store_explicit(&q->busy, false, memory_order_release); }
 
 void smi_quarantines_hold(void) {
-  atomic_fetch_add_explicit(&quarantines_held, 1, memory_order_seq_cst);
+  while (atomic_exchange_explicit(&quarantines_held, true, memory_order_seq_cst)) sched_yield();
   for (sm_heap_t *heap = smi_heaps_first(); heap != NULL; heap = heap->all_next) {
     while (atomic_load_explicit(&smi_heap_quarantine(heap)->busy, memory_order_seq_cst)) sched_yield();
   }
 }
-void smi_quarantines_release(void) { atomic_fetch_sub_explicit(&quarantines_held, 1, memory_order_release); }
+void smi_quarantines_release(void) { atomic_store_explicit(&quarantines_held, false, memory_order_release); }
 
-/* fork child: the threads that held the count up or had their ring busy are gone (their rings
- * are never used again; a destroy in progress had taken its heap out of the list already) */
+/* fork child: the threads that held the rings or had theirs busy are gone (their rings are never
+ * used again; a destroy in progress had taken its heap out of the list already) */
 void smi_quarantines_fork_child(void) {
-  atomic_store_explicit(&quarantines_held, 0, memory_order_relaxed);
+  atomic_store_explicit(&quarantines_held, false, memory_order_relaxed);
   for (sm_heap_t *heap = smi_heaps_first(); heap != NULL; heap = heap->all_next)
     atomic_store_explicit(&smi_heap_quarantine(heap)->busy, false, memory_order_relaxed);
 }
