@@ -205,6 +205,7 @@ typedef enum sm_option_e {
   sm_option_destroy_on_exit,   /* give all memory back to the OS at process exit */
   sm_option_memory_limit,      /* bytes the allocator may map in all (0: none); above it, NULL/ENOMEM */
   sm_option_huge_timeout,      /* ms that reserving huge OS pages may take at start-up */
+  sm_option_shuffle,           /* secure builds: hand out blocks in a random order (on by default) */
   _sm_option_last
 } sm_option_t;
 SM_EXPORT bool sm_option_is_enabled(sm_option_t option);

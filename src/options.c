@@ -59,6 +59,7 @@ static const option_desc_t options[_sm_option_last] = {
     [sm_option_destroy_on_exit] = {0, "destroy_on_exit", UNIT_BOOL},
     [sm_option_memory_limit] = {0, "memory_limit", UNIT_BYTES},
     [sm_option_huge_timeout] = {1000, "huge_timeout", UNIT_MS},
+    [sm_option_shuffle] = {SM_SECURE, "shuffle", UNIT_BOOL},
 };
 
 /* mimalloc's names for the same settings, read as MIMALLOC_<NAME>; old names first, so that the

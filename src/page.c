@@ -384,7 +384,7 @@ static void page_extend(sm_page_t *page) {
    * place with the same value means the same address and size, and blocks of an earlier life were
    * freed (which marks them) or destroyed with their heap (heap_part_destroy marks them). A huge
    * block's canary sits at its own end, where no small block of the same start ends. */
-  if (extend > 1) {
+  if (extend > 1 && smi_option(sm_option_shuffle)) {
     /* link the new blocks in a random order, shuffled within groups of SM_SHUFFLE_GROUP
      * consecutive blocks: each next address is a fresh pick among up to that many, and blocks
      * allocated one after the other stay close (programs walk what they allocated together) */
@@ -526,13 +526,19 @@ void smi_page_retire(sm_page_t *page) {
  * grow: a coin flip at every refill had carved whole pages the program never needed (secure peak
  * RSS 1.28x release's over the quick suite, 1.03x this way). Returns whether the page was extended. */
 static void page_reuse_from_random(sm_page_t *page, uint64_t r, uint32_t waiting);
+
+/* A random word, or 0 while the `shuffle` option is off: the page is then reused from the head of
+ * local_free (its last freed block first) and extended only when nothing waits, in address order,
+ * as in the release build. */
+static uint64_t shuffle_random(sm_heap_t *heap) { return smi_option(sm_option_shuffle) ? smi_heap_random(heap) : 0; }
+
 static bool page_collect_or_extend(sm_heap_t *heap, sm_page_t *page) {
   if (page->free != NULL) return false;
   /* the other threads' list only while it is longer than local_free: the walk that links the two
    * is then of local_free, whose lines this thread wrote (see page_refill) */
   uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
   if (page->local_free == NULL || smi_tf_count(tf) > (uint32_t)(page->capacity - page->used)) smi_page_collect_remote(page);
-  uint64_t r = smi_heap_random(heap);
+  uint64_t r = shuffle_random(heap);
   uint32_t waiting = (uint32_t)(page->capacity - page->used); /* all on local_free now */
   if (smi_page_is_expandable(page) && waiting < SM_SHUFFLE_GROUP && (r & SM_SHUFFLE_GROUP)) {
     page_extend(page);
@@ -636,9 +642,9 @@ static void *malloc_generic_locked(sm_heap_t *heap, size_t size, size_t bin, boo
  * kept empty on a deadline, its statistics would be folded into the heap's (the purger may be
  * doing that under the lock), or the other threads' list is the longer one. Every 16th refill
  * takes the slow path anyway, so due purges and expired pages are still seen. The purger never
- * touches a bin's first page, so no lock is needed. The secure build does it only while at
- * least SM_SHUFFLE_GROUP blocks wait, and as its slow path would then (page_collect_or_extend):
- * starting with a random one of them. */
+ * touches a bin's first page, so no lock is needed. The secure build (with `shuffle` on) does it
+ * only while at least SM_SHUFFLE_GROUP blocks wait, and as its slow path would then
+ * (page_collect_or_extend): starting with a random one of them. */
 static bool page_refill_quick(sm_heap_t *heap, sm_page_t *page) {
   if (page->local_free == NULL || page->retire_ticks != 0 || heap->locked_access ||
       __atomic_load_n(&heap->full_have_free, __ATOMIC_RELAXED) ||
@@ -650,8 +656,9 @@ static bool page_refill_quick(sm_heap_t *heap, sm_page_t *page) {
   if (smi_tf_count(tf) > on_local || page->stat_freed + on_local >= SM_STATS_FOLD_BLOCKS) return false;
 #if SM_SECURE
   /* what the slow path would do (page_collect_or_extend) when this many blocks wait */
-  if (on_local < SM_SHUFFLE_GROUP) return false;
-  page_reuse_from_random(page, smi_heap_random(heap), on_local);
+  uint64_t r = shuffle_random(heap);
+  if (on_local < SM_SHUFFLE_GROUP && r != 0) return false;
+  page_reuse_from_random(page, r, on_local);
 #else
   page_refill_with(page, page->local_free, on_local);
 #endif

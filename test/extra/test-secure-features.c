@@ -484,10 +484,10 @@ static void run_secure(child_result_t *r, const char *c, const char *opt1, const
   run_child(r, env, args, 60);
 }
 
-static int order_diffs(const char *lib, long diffs[31], child_result_t *r) {
+static int order_diffs(const char *lib, const char *opt, long diffs[31], child_result_t *r) {
   char pre[4096];
   snprintf(pre, sizeof pre, "LD_PRELOAD=%s", lib);
-  char *env[] = {pre, NULL};
+  char *env[] = {pre, (char *)opt, NULL};
   char *args[] = {"order", NULL};
   run_child(r, env, args, 30);
   const char *s = strstr(r->out, "diffs:");
@@ -631,7 +631,7 @@ int main(int argc, char **argv) {
   SECTION("free-list order: random in the secure build, ascending in the release build") {
     long a[31], b[31];
     child_result_t r2;
-    int na = order_diffs(secure_lib, a, &r), nb = order_diffs(secure_lib, b, &r2);
+    int na = order_diffs(secure_lib, NULL, a, &r), nb = order_diffs(secure_lib, NULL, b, &r2);
     CHECK(na == 31 && nb == 31, "expected 31 differences from each secure child, seen %d and %d; outputs:%s%s", na, nb,
           child_output(&r), child_output(&r2));
     bool same = na == nb && memcmp(a, b, sizeof(long) * (size_t)na) == 0;
@@ -654,7 +654,7 @@ int main(int argc, char **argv) {
     }
     CHECK(distinct >= 4, "expected the differences between consecutive secure addresses to vary (at least 4 distinct), seen %d", distinct);
     long c[31];
-    int nc = order_diffs(release_lib, c, &r);
+    int nc = order_diffs(release_lib, NULL, c, &r);
     printf("      release:      %s", strstr(r.out, "diffs:") ? strstr(r.out, "diffs:") : "-\n");
     CHECK(nc == 31, "expected 31 differences from the release child, seen %d; output:%s", nc, child_output(&r));
     int bad = -1;
@@ -682,6 +682,22 @@ int main(int argc, char **argv) {
     printf("      100,000 malloc(40)/free pairs used %d addresses (one extension carves 4 KiB: 85 blocks of 48 bytes)\n", distinct);
     CHECK(distinct > 0 && distinct <= 2 * 85, "expected a malloc/free loop to stay within two extensions of its page (170 blocks), seen %d; output:%s",
           distinct, child_output(&r));
+  }
+  SECTION("shuffle=0: the secure build hands out new blocks in address order and reuses the last freed first") {
+    long d[31];
+    int n = order_diffs(secure_lib, "SHARDMALLOC_SHUFFLE=0", d, &r);
+    printf("      secure, shuffle=0: %s", strstr(r.out, "diffs:") ? strstr(r.out, "diffs:") : "-\n");
+    CHECK(n == 31, "expected 31 differences, seen %d; output:%s", n, child_output(&r));
+    int bad = -1;
+    for (int i = 0; i < n; i++)
+      if (d[i] != 48) { bad = i; break; } /* malloc(32) and the padding: 48-byte blocks, one after the other */
+    CHECK(bad < 0, "expected each address 48 bytes after the previous one, seen difference %ld at step %d", bad < 0 ? 0 : d[bad], bad + 1);
+    for (int k = 0; k < 3; k++) {
+      run_secure(&r, "reuse", "SHARDMALLOC_SHUFFLE=0", NULL);
+      const char *s = strstr(r.out, "first-reused:");
+      int first = s ? atoi(s + 13) : -1;
+      CHECK(first == 0, "run %d: expected the last freed block to come back first, seen %d; output:%s", k + 1, first, child_output(&r));
+    }
   }
   (void)sink;
   return sm_test_summary();
