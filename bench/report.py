@@ -193,7 +193,10 @@ MIMALLOC_SECURE_NOTE = ("mimalloc-secure is built once per mimalloc version into
 HARDENED_NOTE = ("What each allocator's hardening costs, from the same run. mimalloc-secure is mimalloc built by "
                  "`bench/run` from Debian's source package of the installed version with `MI_SECURE=ON` (its "
                  "full level: guard pages, encoded free lists, randomised allocation, double-free checks; no "
-                 "canary after blocks) and Debian's other build settings.")
+                 "canary after blocks) and Debian's other build settings. shardmalloc-secure runs with its "
+                 "default options, `shuffle` included: blocks handed out in a random order, which costs programs "
+                 "that walk their data in the order they allocated it the CPU's prefetching (micro-walk below; "
+                 "`SHARDMALLOC_SHUFFLE=0` turns that defence off and keeps the others).")
 
 
 def hardened_table(data):
@@ -300,7 +303,7 @@ def micro_table(data):
             vm = "%.2f×" % (e["value"] / m["value"]) if m and m["status"] == "ok" else "-"
             rows.append([a, "%.1f" % e["value"], "%.1f–%.1f" % (e["value_min"], e["value_max"]), vg, vm])
         out.append("**%s**: %s\n\n" % (w["name"], w["desc"]) +
-                   table(["allocator", "Mpairs/s (median)", "min–max", "vs glibc", "vs mimalloc"], rows))
+                   table(["allocator", "%s (median)" % w["unit"], "min–max", "vs glibc", "vs mimalloc"], rows))
     return "\n\n".join(out) + "\n\nRatios here are throughput ratios: above 1× is faster than the compared allocator."
 
 
@@ -625,7 +628,7 @@ def console_summary(data):
     for w in data["workloads"]:
         if w["group"] == "micro":
             per = data["summary"][w["name"]]
-            lines.append("%s (Mpairs/s, median): " % w["name"] + ", ".join(
+            lines.append("%s (%s, median): " % (w["name"], w["unit"]) + ", ".join(
                 "%s %.1f" % (a, per[a]["value"]) for a in data["order"] if a in per and per[a].get("value")))
     for name, m in (data.get("memtime") or {}).items():
         lines.append("%s, RSS at the end of each idle phase (MiB, median): " % name + "; ".join(
