@@ -33,6 +33,18 @@ static void *producer(void *arg) {
   spsc_push_done(&queues[id]);
   return NULL;
 }
+static void *consumer(void *arg) {
+  int id = (int)(intptr_t)arg;
+  pin_to_cpu_slot(2 * id + 1);
+  long got = 0;
+  for (; got < per_producer; got++) {
+    item_t it = spsc_pop(&queues[id]);
+    xfree_tagged(it.p, it.size, "micro xthread");
+  }
+  atomic_fetch_add(&g_freed, got);
+  return NULL;
+}
+
 typedef struct walk_node_s {
   struct walk_node_s *next;
   uint64_t value;
@@ -64,18 +76,6 @@ static int walk(long walks, long nodes) {
   }
   printf("RESULT mnodes=%.4f nodes=%ld secs=%.6f\n", (double)(walks * nodes) / secs / 1e6, walks * nodes, secs);
   return 0;
-}
-
-static void *consumer(void *arg) {
-  int id = (int)(intptr_t)arg;
-  pin_to_cpu_slot(2 * id + 1);
-  long got = 0;
-  for (; got < per_producer; got++) {
-    item_t it = spsc_pop(&queues[id]);
-    xfree_tagged(it.p, it.size, "micro xthread");
-  }
-  atomic_fetch_add(&g_freed, got);
-  return NULL;
 }
 
 int main(int argc, char **argv) {
