@@ -341,7 +341,7 @@ static void *malloc_aligned_raw(sm_heap_t *heap, size_t size, size_t alignment, 
   size_t adjust = (alignment - (((uintptr_t)p + offset) & (alignment - 1))) & (alignment - 1);
   if (adjust != 0) {
     sm_page_t *page = smi_segment_page_of(smi_ptr_segment(p), p);
-    __atomic_store_n(&page->flags.x.has_aligned, 1, __ATOMIC_RELAXED);
+    smi_page_set_has_aligned(page);
   }
   return p + adjust;
 }

@@ -421,10 +421,16 @@ static inline sm_heap_t *smi_page_heap(const sm_page_t *page) {
   return atomic_load_explicit(&((sm_page_t *)page)->heap, memory_order_acquire);
 }
 
-/* has_aligned is set by the owner and read by any thread that frees or measures a block of the
- * page: relaxed atomics (a pointer handed over carries the happens-before that matters). */
+/* has_aligned is set by the thread that allocates from the page and read by any thread that frees
+ * or measures a block of it: relaxed atomics (a pointer handed over carries the happens-before
+ * that matters). Two copies: the owner's free fast path tests flags (its own line), everything
+ * else reads the shared line's, so that other threads' frees never read the owner's line. */
 static inline bool smi_page_has_aligned(const sm_page_t *page) {
-  return __atomic_load_n(&page->flags.x.has_aligned, __ATOMIC_RELAXED) != 0;
+  return __atomic_load_n(&page->shared_has_aligned, __ATOMIC_RELAXED) != 0;
+}
+static inline void smi_page_set_has_aligned(sm_page_t *page) {
+  __atomic_store_n(&page->flags.x.has_aligned, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&page->shared_has_aligned, 1, __ATOMIC_RELAXED);
 }
 
 /* capacity grows (page_extend, by the owner) while other threads' frees read it to check their

@@ -424,6 +424,7 @@ void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t a
   page->local_free = NULL;
   page->used = 0;
   page->flags.all = 0;
+  page->shared_has_aligned = 0;
   page->free_is_zero = false;
   page->retire_ticks = 0;
   page->block_size = block_size;

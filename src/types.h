@@ -58,11 +58,11 @@
 #define SM_LARGE_OBJ_MAX (SM_SEGMENT_SIZE / 2)      /* 2 MiB; above: huge, a mapping of its own */
 /* Secure builds put a PROT_NONE guard page after every segment header and at the end of every
  * segment, so a linear overflow reaches neither metadata nor the next segment. The header area
- * is then the same for every kind (8 KiB), so guards stay in place when a cached segment is
+ * is then the same for every kind (12 KiB), so guards stay in place when a cached segment is
  * reused as another kind. */
 #if SM_SECURE
 #define SM_GUARD_SIZE SM_OS_PAGE_SIZE
-#define SM_SECURE_HEADER_SIZE (2 * SM_OS_PAGE_SIZE)
+#define SM_SECURE_HEADER_SIZE (3 * SM_OS_PAGE_SIZE)
 #define SM_HUGE_HEADER_SIZE (SM_SECURE_HEADER_SIZE + SM_GUARD_SIZE) /* where a huge block starts */
 #define SM_QUARANTINE_MAX 256
 #else
@@ -98,18 +98,22 @@ typedef enum {
 struct sm_heap_s;
 struct sm_segment_s;
 
-/* ---- pages: blocks of one size; lives in its segment's header ---- */
+/* ---- pages: blocks of one size; lives in its segment's header ----
+ * Two cache lines. The first is the owner's: what its malloc and free fast paths write (free,
+ * used, local_free) and its slow-path state. The second holds what other threads touch: a free
+ * by another thread reads has_aligned (and in secure builds the block geometry and keys) and
+ * pushes onto thread_free. Sharing one line, each remote free took the owner's line away from
+ * it: in sh8bench a third of malloc's time was the load of page->free missing. Block counts fit
+ * 16 bits (a page holds at most SM_SMALL_PAGE_SIZE / 8 blocks). */
 typedef struct sm_page_s {
-  /* fast-path fields first: malloc touches free/used, free touches local_free/used/flags.
-   * Block counts fit 16 bits (a page holds at most SM_SMALL_PAGE_SIZE / 8 blocks); keeping them
-   * small keeps a page descriptor at 96 bytes, 120 in secure builds (free multiplies by it). */
-  sm_block_t *free;     /* malloc pops from here */
+  /* the owner's line */
+  _Alignas(64) sm_block_t *free; /* malloc pops from here */
   uint16_t used;        /* blocks handed out, not yet back on free or local_free */
   union {
-    uint16_t all; /* free's fast path tests both flags at once */
+    uint16_t all; /* the owner's free fast path tests both flags at once */
     struct {
       uint8_t in_full;     /* page is in the heap's full queue */
-      uint8_t has_aligned; /* some block was handed out at an interior (aligned) address */
+      uint8_t has_aligned; /* the owner's copy of shared_has_aligned */
     } x;
   } flags;
   uint8_t free_is_zero; /* every block on `free` is zero past its first word */
@@ -117,9 +121,6 @@ typedef struct sm_page_s {
   uint8_t bin;
   uint8_t is_purged;    /* the page's memory was given back and not used since (stats) */
   sm_block_t *local_free; /* frees by the owning thread */
-  _Atomic(uintptr_t) thread_free; /* frees by other threads: block pointer | sm_delay_t */
-  size_t block_size;
-  uint16_t capacity;    /* blocks carved out so far (free lists are built lazily) */
   uint16_t reserved;    /* blocks that fit the page */
   /* refill accounting (page.c): blocks on `free` at its last refill, blocks freed since the
    * last fold, and the values the last fold left */
@@ -128,10 +129,15 @@ typedef struct sm_page_s {
   uint8_t mem_is_zero;  /* the page's memory is known zero (fresh or purged) */
   uint8_t purge_pending;
   uint8_t span_slots;   /* large segments: slots the page covers (in use, or waiting to be purged) */
-  _Atomic(struct sm_heap_s *) heap; /* owner heap; NULL while abandoned */
-  uintptr_t start_;     /* first block: use smi_page_start (hidden from valgrind's leak scan) */
   struct sm_page_s *next, *prev; /* in a heap page queue, or in the tld purge list when unused */
   uint64_t purge_at;    /* unused page: ms at which it is purged; retired page: slow call at which it goes */
+  /* the shared line: written by the owner only when the page changes shape */
+  _Alignas(64) _Atomic(uintptr_t) thread_free; /* frees by other threads: block pointer | sm_delay_t */
+  _Atomic(struct sm_heap_s *) heap; /* owner heap; NULL while abandoned */
+  size_t block_size;
+  uintptr_t start_;     /* first block: use smi_page_start (hidden from valgrind's leak scan) */
+  uint16_t capacity;    /* blocks carved out so far (free lists are built lazily) */
+  uint8_t shared_has_aligned; /* some block was handed out at an interior (aligned) address */
 #if SM_SECURE
   uintptr_t keys[2];    /* free-list pointer encoding */
   uint64_t block_magic; /* ceil(2^64 / block_size): free's block-start test without a division;
@@ -256,6 +262,6 @@ _Static_assert(SM_DIRECT_MAX <= SM_SMALL_OBJ_MAX, "direct sizes are small");
 _Static_assert(offsetof(sm_page_t, free) == 0, "free list first: one load on the fast path");
 _Static_assert(SM_SMALL_PAGES_PER_SEGMENT <= 64, "a large segment's slots fit span_map");
 _Static_assert(SM_SMALL_PAGE_SIZE / 8 <= UINT16_MAX, "block counts of a page fit 16 bits");
-_Static_assert(sizeof(sm_page_t) == 96 + 24 * SM_SECURE, "page descriptors stay small");
+_Static_assert(sizeof(sm_page_t) == 128 && offsetof(sm_page_t, thread_free) == 64, "a page descriptor is two cache lines, the owner's and the shared one");
 
 #endif
