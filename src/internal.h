@@ -424,7 +424,7 @@ static inline sm_heap_t *smi_page_heap(const sm_page_t *page) {
 /* has_aligned is set by the thread that allocates from the page and read by any thread that frees
  * or measures a block of it: relaxed atomics (a pointer handed over carries the happens-before
  * that matters). Two copies: the owner's free fast path tests flags (its own line), everything
- * else reads the shared line's, so that other threads' frees never read the owner's line. */
+ * else reads the read-mostly line's, so that other threads' frees never read the owner's line. */
 static inline bool smi_page_has_aligned(const sm_page_t *page) {
   return __atomic_load_n(&page->shared_has_aligned, __ATOMIC_RELAXED) != 0;
 }

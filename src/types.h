@@ -58,11 +58,11 @@
 #define SM_LARGE_OBJ_MAX (SM_SEGMENT_SIZE / 2)      /* 2 MiB; above: huge, a mapping of its own */
 /* Secure builds put a PROT_NONE guard page after every segment header and at the end of every
  * segment, so a linear overflow reaches neither metadata nor the next segment. The header area
- * is then the same for every kind (12 KiB), so guards stay in place when a cached segment is
+ * is then the same for every kind (16 KiB), so guards stay in place when a cached segment is
  * reused as another kind. */
 #if SM_SECURE
 #define SM_GUARD_SIZE SM_OS_PAGE_SIZE
-#define SM_SECURE_HEADER_SIZE (3 * SM_OS_PAGE_SIZE)
+#define SM_SECURE_HEADER_SIZE (4 * SM_OS_PAGE_SIZE)
 #define SM_HUGE_HEADER_SIZE (SM_SECURE_HEADER_SIZE + SM_GUARD_SIZE) /* where a huge block starts */
 #define SM_QUARANTINE_MAX 256
 #else
@@ -99,12 +99,18 @@ struct sm_heap_s;
 struct sm_segment_s;
 
 /* ---- pages: blocks of one size; lives in its segment's header ----
- * Two cache lines. The first is the owner's: what its malloc and free fast paths write (free,
- * used, local_free) and its slow-path state. The second holds what other threads touch: a free
- * by another thread reads has_aligned (and in secure builds the block geometry and keys) and
- * pushes onto thread_free. Sharing one line, each remote free took the owner's line away from
- * it: in sh8bench a third of malloc's time was the load of page->free missing. Block counts fit
- * 16 bits (a page holds at most SM_SMALL_PAGE_SIZE / 8 blocks). */
+ * Cache lines laid out so that a free by another thread never takes away a line the owner's fast
+ * paths read:
+ *   1. the owner's: what its malloc and free fast paths write (free, used, local_free), and its
+ *      slow-path state;
+ *   2. read by every thread, written only when the page changes shape: what another thread's
+ *      free reads (has_aligned; in secure builds the block geometry and the link keys);
+ *   3. thread_free, which other threads' frees write: a line of its own in secure builds, whose
+ *      fast paths read line 2 (release ones do not, and keep it there: two lines, not three).
+ * With 1 and 2 shared, in sh8bench a third of malloc's time was the load of page->free missing;
+ * with 2 and 3 shared, the secure build's malloc missed on the keys after every remote free.
+ * Block counts fit 16 bits (a page holds at most SM_SMALL_PAGE_SIZE / 8 blocks). */
+#define SM_THREAD_FREE_ALIGN (SM_SECURE ? 64 : 8)
 typedef struct sm_page_s {
   /* the owner's line */
   _Alignas(64) sm_block_t *free; /* malloc pops from here */
@@ -131,9 +137,8 @@ typedef struct sm_page_s {
   uint8_t span_slots;   /* large segments: slots the page covers (in use, or waiting to be purged) */
   struct sm_page_s *next, *prev; /* in a heap page queue, or in the tld purge list when unused */
   uint64_t purge_at;    /* unused page: ms at which it is purged; retired page: slow call at which it goes */
-  /* the shared line: written by the owner only when the page changes shape */
-  _Alignas(64) _Atomic(uintptr_t) thread_free; /* frees by other threads: block pointer | sm_delay_t */
-  _Atomic(struct sm_heap_s *) heap; /* owner heap; NULL while abandoned */
+  /* the read-mostly line: written by the owner only when the page changes shape */
+  _Alignas(64) _Atomic(struct sm_heap_s *) heap; /* owner heap; NULL while abandoned */
   size_t block_size;
   uintptr_t start_;     /* first block: use smi_page_start (hidden from valgrind's leak scan) */
   uint16_t capacity;    /* blocks carved out so far (free lists are built lazily) */
@@ -143,6 +148,8 @@ typedef struct sm_page_s {
   uint64_t block_magic; /* ceil(2^64 / block_size): free's block-start test without a division;
                          * 0 while the page is not in use and in huge segments (that test fails) */
 #endif
+  /* other threads' line (secure builds) */
+  _Alignas(SM_THREAD_FREE_ALIGN) _Atomic(uintptr_t) thread_free; /* frees by other threads: block pointer | sm_delay_t */
 } sm_page_t;
 
 typedef enum {
@@ -262,6 +269,8 @@ _Static_assert(SM_DIRECT_MAX <= SM_SMALL_OBJ_MAX, "direct sizes are small");
 _Static_assert(offsetof(sm_page_t, free) == 0, "free list first: one load on the fast path");
 _Static_assert(SM_SMALL_PAGES_PER_SEGMENT <= 64, "a large segment's slots fit span_map");
 _Static_assert(SM_SMALL_PAGE_SIZE / 8 <= UINT16_MAX, "block counts of a page fit 16 bits");
-_Static_assert(sizeof(sm_page_t) == 128 && offsetof(sm_page_t, thread_free) == 64, "a page descriptor is two cache lines, the owner's and the shared one");
+_Static_assert(sizeof(sm_page_t) == (SM_SECURE ? 192 : 128) && offsetof(sm_page_t, heap) == 64 &&
+                   offsetof(sm_page_t, thread_free) == (SM_SECURE ? 128 : 96),
+               "a page descriptor is the owner's cache line, the read-mostly one, and (secure) other threads'");
 
 #endif

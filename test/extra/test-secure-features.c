@@ -150,7 +150,7 @@ static int child(const char *c) {
     uintptr_t seg = ((uintptr_t)p - 1) & ~(SEG_SIZE - 1);
     p[0] = 1;
     *(volatile char *)(seg + 100) = *(volatile char *)(seg + 100); /* the header itself is ours to touch */
-    poke(seg + 12288 + 100, "the guard page after the segment header (segment + 12 KiB)");
+    poke(seg + 16384 + 100, "the guard page after the segment header (segment + 16 KiB)");
     return 0;
   }
   if (!strcmp(c, "guard-segment-end")) {
@@ -197,7 +197,7 @@ static int child(const char *c) {
     memset(p, 2, 3 * MiB);
     memset(q, 3, 7 * MiB);
     if (!strcmp(c, "guard-huge-split-end")) poke(seg + SEG_SIZE - 4096, "the guard page at the end of the first part");
-    else poke(q_seg + 12288 + 100, "the guard page after the second part's header");
+    else poke(q_seg + 16384 + 100, "the guard page after the second part's header");
     return 0;
   }
   if (!strcmp(c, "guard-huge-realloc")) {
