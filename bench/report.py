@@ -706,7 +706,7 @@ def docs_page(data, charts, prefix, memtime=""):
     banner = []
     if meta["mode"] != "full" or meta.get("interrupted"):
         banner = ["> **Placeholder: this page shows a %s run%s, not a full run.** Replace it with "
-                  "`bench/run --publish` (the full run takes about 30-40 minutes on 2 cores)."
+                  "`bench/run --publish` (the full run takes about 20 minutes on 2 cores)."
                   % (meta["mode"], " that was interrupted" if meta.get("interrupted") else "")]
     parts = [
         "# Benchmarks"] + banner + [
@@ -792,7 +792,13 @@ def docs_page(data, charts, prefix, memtime=""):
         "unidirectional-4 measured 13 to 70 Mpairs/s on one library from run to run, and the three workloads "
         "were bimodal. Runs published before then carry that effect.",
         "- The machine is small (2 cores) and was not otherwise idle-guaranteed; differences of a few per cent "
-        "on a single workload are within noise (see the min–max spreads).",
+        "on a single workload are within noise (see the min–max spreads). On the shared virtual machines "
+        "these runs use, there are phases of minutes in which traffic between the two cores costs 2-4x more "
+        "for every allocator at once: xmalloc-N and unidirectional-4 then run 3-6x slower with both cores busy "
+        "(seen by hand on 2026-11-26: shardmalloc's xmalloc-N 0.28 or 0.87 s, and every other allocator's "
+        "likewise, from one run to the next). Interleaving spreads such a phase over all allocators of a "
+        "repetition, and full runs take five repetitions (three until 2026-11-26) so that the median is not "
+        "one unlucky phase.",
         "## How to run",
         "```\nmake bench                      # installs dependencies, builds the release library, runs bench/run\n"
         "bench/run --quick               # representative subset, < 5 minutes on 2 cores\n"
@@ -805,7 +811,7 @@ def docs_page(data, charts, prefix, memtime=""):
         "bench/run --list                # workloads and allocators\n"
         "bench/run --publish             # also copy the results here (bench/results/published/) and rewrite this page\n```"
         % ("about %d minutes here" % max(1, round(meta["duration_s"] / 60)) if meta["mode"] == "full"
-           else "30-40 minutes on 2 cores"),
+           else "about 20 minutes on 2 cores"),
         "Missing allocator packages (`libjemalloc2`, `libtcmalloc-minimal4`, `libmimalloc2.0`, `libtbbmalloc2`) "
         "and programs (`redis-server`, `redis-tools`, `sqlite3`, `z3`) are installed with apt-get when run as "
         "root; matplotlib for the charts goes into a virtualenv under `build/bench/`. Workloads are compiled "
