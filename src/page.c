@@ -639,15 +639,17 @@ static void *malloc_generic_locked(sm_heap_t *heap, size_t size, size_t bin, boo
 #if !SM_CHECK_FREES || SM_INLINE_CHECKS
 /* The bin's first page ran out, and its owner freed blocks into it: local_free becomes `free`
  * without the slow path (its lock, its clock reading for due purges, its checks), unless the slow
- * path has work waiting (delayed frees, blocks in full pages, a deferred-free hook), the page is
- * kept empty on a deadline, its statistics would be folded into the heap's (the purger may be
- * doing that under the lock), or the other threads' list is the longer one. Every 16th refill
+ * path has work waiting (delayed frees, blocks in full pages, a deferred-free hook), its
+ * statistics would be folded into the heap's (the purger may be doing that under the lock), or
+ * the other threads' list is the longer one. A page kept empty on a deadline (retire_ticks) is in
+ * use again, as the slow path would leave it: a loop that frees each block before its next malloc
+ * empties its page at every free, so its every refill met a kept page. Every 16th refill
  * takes the slow path anyway, so due purges and expired pages are still seen. The purger never
  * touches a bin's first page, so no lock is needed. The secure build (with `shuffle` on) does it
  * only while at least SM_SHUFFLE_GROUP blocks wait, and as its slow path would then
  * (page_collect_or_extend): starting with a random one of them. */
 static bool page_refill_quick(sm_heap_t *heap, sm_page_t *page) {
-  if (page->local_free == NULL || page->retire_ticks != 0 || heap->locked_access ||
+  if (page->local_free == NULL || heap->locked_access ||
       __atomic_load_n(&heap->full_have_free, __ATOMIC_RELAXED) ||
       atomic_load_explicit(&heap->thread_delayed_free, memory_order_relaxed) != NULL || smi_deferred_free_set() ||
       (++heap->quick_refills & 15) == 0)
@@ -663,6 +665,7 @@ static bool page_refill_quick(sm_heap_t *heap, sm_page_t *page) {
 #else
   page_refill_with(page, page->local_free, on_local);
 #endif
+  page->retire_ticks = 0; /* a kept page in use again (as page_queue_find_free leaves it) */
   return true;
 }
 #endif
