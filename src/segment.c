@@ -445,14 +445,25 @@ static void purge_list_remove(sm_tld_t *tld, sm_page_t *page) {
   page->purge_pending = 0;
 }
 
-/* now: the purge time, kept (in purge_at) to notice a page that is reused right after its purge */
-static void page_purge(sm_segment_t *segment, sm_page_t *page, uint64_t now) {
-  if (smi_mem_is_pinned(segment)) return; /* huge OS pages: cannot be purged */
-  smi_stat_inc(SM_STAT_PAGE_PURGE);
-  size_t slots = page_slots(segment, page);
-  bool zero = smi_os_purge(smi_page_start(page), page_area(segment, page), smi_option(sm_option_purge_decommits) != 0);
-  for (sm_page_t *slot = page; slot < page + slots; slot++) { /* kept per slot: spans change */
-    slot->purge_at = now;
+/* Unused pages are purged in runs: neighbours in one system call, and so (with several threads)
+ * in one TLB shootdown. A thread ending with 63 unused pages in a segment made 63 calls. A run
+ * lies in one segment; `now`, the purge time, is kept in each page's purge_at to notice a page
+ * that is reused right after its purge. */
+typedef struct purge_run_s {
+  sm_segment_t *segment; /* NULL: empty */
+  sm_page_t *first;
+  size_t slots;
+  uint64_t now;
+} purge_run_t;
+
+static void purge_run_flush(purge_run_t *run) {
+  sm_segment_t *segment = run->segment;
+  if (segment == NULL) return;
+  run->segment = NULL;
+  bool zero = smi_os_purge(smi_page_start(run->first), span_area(segment, run->first, run->slots),
+                           smi_option(sm_option_purge_decommits) != 0);
+  for (sm_page_t *slot = run->first; slot < run->first + run->slots; slot++) { /* kept per slot: spans change */
+    slot->purge_at = run->now;
     slot->mem_is_zero = zero;
     if (!slot->is_purged) {
       slot->is_purged = 1;
@@ -461,6 +472,24 @@ static void page_purge(sm_segment_t *segment, sm_page_t *page, uint64_t now) {
       smi_mem_purged(area);
     }
   }
+}
+
+static void purge_run_add(purge_run_t *run, sm_segment_t *segment, sm_page_t *page, uint64_t now) {
+  if (smi_mem_is_pinned(segment)) return; /* huge OS pages: cannot be purged */
+  smi_stat_inc(SM_STAT_PAGE_PURGE);
+  size_t slots = page_slots(segment, page);
+  if (run->segment == segment && run->first + run->slots == page && run->now == now) {
+    run->slots += slots;
+    return;
+  }
+  purge_run_flush(run);
+  *run = (purge_run_t){segment, page, slots, now};
+}
+
+static void page_purge(sm_segment_t *segment, sm_page_t *page, uint64_t now) {
+  purge_run_t run = {NULL, NULL, 0, 0};
+  purge_run_add(&run, segment, page, now);
+  purge_run_flush(&run);
 }
 
 /* the list stays in deadline order (the delay varies): insert from the back, usually at it */
@@ -477,13 +506,22 @@ static void purge_list_insert(sm_tld_t *tld, sm_page_t *page) {
 }
 
 /* Purge what has waited long enough (everything with force). Bounded by what is pending. */
+#define SM_PURGE_BATCH 64
 void smi_segments_purge_expired(sm_tld_t *tld, bool force) {
   uint64_t now = tld_now(tld);
-  sm_page_t *page;
-  while ((page = tld->purge_first) != NULL && (force || page->purge_at <= now)) {
-    purge_list_remove(tld, page);
-    page_purge(smi_page_segment(page), page, now);
-  }
+  sm_page_t *batch[SM_PURGE_BATCH], *page;
+  size_t n;
+  do { /* in batches, each in address order, so that neighbours form runs */
+    for (n = 0; n < SM_PURGE_BATCH && (page = tld->purge_first) != NULL && (force || page->purge_at <= now); n++) {
+      purge_list_remove(tld, page);
+      size_t i = n;
+      for (; i > 0 && (uintptr_t)batch[i - 1] > (uintptr_t)page; i--) batch[i] = batch[i - 1];
+      batch[i] = page;
+    }
+    purge_run_t run = {NULL, NULL, 0, 0};
+    for (size_t i = 0; i < n; i++) purge_run_add(&run, smi_page_segment(batch[i]), batch[i], now);
+    purge_run_flush(&run);
+  } while (n == SM_PURGE_BATCH);
   rhythm_decay(&page_rhythm, now);
   rhythm_decay(&cache_rhythm, now);
   if (smi_segment_cache_pending()) segment_cache_sweep(now, false);
@@ -1235,10 +1273,10 @@ bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max, int kind) {
   return useful;
 }
 
-typedef struct { uint64_t now; bool force; } purge_due_t;
+typedef struct { uint64_t now; bool force; purge_run_t run; } purge_due_t;
 static void purge_if_due(sm_segment_t *segment, sm_page_t *page, void *arg) {
-  const purge_due_t *due = arg;
-  if (due->force || page->purge_at <= due->now) page_purge(segment, page, due->now);
+  purge_due_t *due = arg;
+  if (due->force || page->purge_at <= due->now) purge_run_add(&due->run, segment, page, due->now);
 }
 
 /* Run by the purger: look at up to `max` abandoned segments (at most one pass over the list, and
@@ -1251,7 +1289,7 @@ void smi_segments_visit_abandoned(size_t max, bool force) {
   size_t pass = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
   if (max > pass) max = pass;
   long delay = smi_option(sm_option_purge_delay);
-  purge_due_t due = {smi_os_now_ms(), force};
+  purge_due_t due = {smi_os_now_ms(), force, {NULL, NULL, 0, 0}};
   uint64_t deadline = due.now + 20;
   for (size_t n = 0; n < max && atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0; n++) {
     if ((n & 15) == 15 && smi_os_now_ms() > deadline) return;
@@ -1273,7 +1311,10 @@ void smi_segments_visit_abandoned(size_t max, bool force) {
       segment_cache_release(segment, smi_os_now_ms());
       continue;
     }
-    if (delay >= 0 || force) segment_dirty_unused(segment, purge_if_due, &due);
+    if (delay >= 0 || force) {
+      segment_dirty_unused(segment, purge_if_due, &due);
+      purge_run_flush(&due.run); /* before the segment is anybody else's */
+    }
     abandoned_push(segment, segment, 1);
   }
 }
