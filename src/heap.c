@@ -536,7 +536,8 @@ static void heap_part_absorb(sm_heap_t *into, sm_heap_t *part) {
   part->page_count = 0;
   smi_segments_absorb(tld, from, into->thread_id);
   for (sm_segment_t *segment = part->huge_first, *next; segment != NULL; segment = next) {
-    next = segment->next; /* a thread's heap does not track its huge blocks */
+    next = segment->next; /* a thread's heap does not list its huge blocks: the block names it */
+    segment->huge_thread = into->thread_id;
     atomic_store_explicit(&segment->pages[0].heap, NULL, memory_order_relaxed);
   }
   part->huge_first = NULL;
@@ -652,7 +653,12 @@ bool sm_heap_contains_block(sm_heap_t *heap, const void *p) {
   if (heap == NULL || p == NULL || !sm_check_owned(p)) return false;
   const sm_segment_t *segment = smi_segment_containing(p);
   const sm_page_t *page = smi_segment_page_covering(segment, p);
-  return page != NULL && page->in_use && page_of_heap(heap, page);
+  if (page == NULL || !page->in_use) return false;
+  if (page_of_heap(heap, page)) return true;
+  /* a huge block of a thread's own heap is on no list: the segment names the thread (a heap
+   * reused by a later thread has another id) */
+  return segment->kind == SM_SEGMENT_HUGE && heap->kind == SM_HEAP_THREAD && smi_page_heap(page) == NULL &&
+         segment->huge_thread != 0 && segment->huge_thread == __atomic_load_n(&heap->thread_id, __ATOMIC_RELAXED);
 }
 
 bool sm_heap_check_owned(sm_heap_t *heap, const void *p) { return sm_heap_contains_block(heap, p); }

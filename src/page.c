@@ -488,8 +488,22 @@ void smi_page_unfull(sm_page_t *page) {
 
 /* ---- empty pages ---- */
 
+/* A remote free that tells the heap about a full page (delay FREEING) writes the page's delay
+ * state once more after its block is on the heap's delayed list: the owner may take that block
+ * and free the page meanwhile, and then the page must still be there for that last write. A
+ * thread preempted in between made it write into a segment that another thread had reused (a
+ * huge block's header; found by a randomized stress test under ThreadSanitizer). */
+static void page_wait_notify(sm_page_t *page) {
+  for (unsigned spins = 0;; spins++) {
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
+    if (smi_tf_delay(tf) != SM_DELAY_FREEING) return;
+    if (spins > 64) sched_yield();
+  }
+}
+
 void smi_page_free_empty(sm_heap_t *heap, sm_page_t *page) {
   sm_assert(page->used == 0);
+  page_wait_notify(page);
   smi_stats_page_discard(page);
   smi_page_queue_remove(heap, page);
   atomic_store_explicit(&page->heap, NULL, memory_order_release);

@@ -92,14 +92,16 @@ static uint64_t span_mask(size_t index, size_t slots) {
 static size_t page_slots(const sm_segment_t *segment, const sm_page_t *page) {
   return segment->kind == SM_SEGMENT_LARGE ? page->span_slots : 1;
 }
-/* the page whose area holds p (in a large segment: the span covering p), or NULL */
+/* the page whose area holds p (in a large segment: the span covering p), or NULL. Any thread may
+ * ask (sm_heap_contains_block) while the owner changes other spans: the map is read atomically,
+ * and a span that went away meanwhile cannot lead the walk out of the descriptors. */
 const sm_page_t *smi_segment_page_covering(const sm_segment_t *segment, const void *p) {
   if (segment->kind == SM_SEGMENT_HUGE) return &segment->pages[0];
   const sm_page_t *page = smi_segment_page_of(segment, p);
   if (segment->kind != SM_SEGMENT_LARGE) return page;
   size_t index = (size_t)(page - segment->pages);
-  if (((segment->span_map >> index) & 1) == 0) return NULL;
-  while (!page->in_use) page--; /* slot 0 of a covered run is a span's first slot */
+  if (((__atomic_load_n(&segment->span_map, __ATOMIC_RELAXED) >> index) & 1) == 0) return NULL;
+  while (!page->in_use && page > segment->pages) page--; /* slot 0 of a covered run is a span's first slot */
   return page;
 }
 /* span_map changes: remember its longest run of unused slots, and keep a queued segment in the
@@ -107,7 +109,7 @@ const sm_page_t *smi_segment_page_covering(const sm_segment_t *segment, const vo
 static void span_map_set(sm_tld_t *tld, sm_segment_t *segment, uint64_t map) {
   bool queued = tld != NULL && segment->in_free_queue;
   if (queued) segment_queue_remove(segment_free_queue(tld, segment), segment);
-  segment->span_map = map;
+  __atomic_store_n(&segment->span_map, map, __ATOMIC_RELAXED); /* read by other threads: above */
   size_t run = 0;
   for (uint64_t x = ~map & span_mask(0, segment->page_count); x != 0; x &= x << 1) run++;
   segment->span_free_max = run;
@@ -1001,6 +1003,8 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
     segment->next = heap->huge_first;
     if (heap->huge_first != NULL) heap->huge_first->prev = segment;
     heap->huge_first = segment;
+  } else { /* a thread's heap does not list them (any thread frees them without its lock) */
+    segment->huge_thread = heap->thread_id;
   }
   return smi_page_start(page);
 }

@@ -176,6 +176,7 @@ typedef struct sm_segment_s {
   size_t map_size;
   uint64_t purge_at;    /* cached segments: when to purge them; once purged, when that was */
   uintptr_t cached_by;  /* cached segments: the thread that left it there (0: none) */
+  uintptr_t huge_thread; /* a huge block of a thread's own heap (on no list): that thread's id */
   struct sm_segment_s *next, *prev;   /* tld queue of segments with an unused page */
   struct sm_segment_s *abandoned_next;
   uintptr_t cookie;     /* address ^ process secret: a cheap validity check */

@@ -1,0 +1,287 @@
+/* test-fuzz: a randomized stress of the whole sm_ API at once, across threads.
+ * Threads pick operations at random: every allocation call (malloc, calloc, zalloc, mallocn,
+ * malloc_small, the aligned ones, posix_memalign, in the thread's backing heap or in a heap of its
+ * own), every way to resize (realloc, rezalloc, the aligned ones, expand), every way to free (free,
+ * free_size, free_aligned), heap new/delete/destroy with contains_block, sm_collect. Sizes run from
+ * 0 to 9 MiB (mostly small), alignments from 1 to 4 MiB. Blocks live in a thread's private slots or
+ * in a shared table of atomic slots, so many are resized and freed by another thread than the one
+ * that allocated them. Each block's first and last bytes carry a pattern that is checked before
+ * every resize and free, together with its alignment, its usable size and (for zeroing calls) that
+ * its memory reads as zero. Threads come and go in rounds.
+ * Under ThreadSanitizer it found a remote free that wrote into a page after its owner had freed it
+ * (page.c, page_wait_notify).
+ * Options: --threads T --ops N (per thread and round) --rounds R --seed S. */
+#include "sm-test.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "shardmalloc.h"
+
+#define SLOTS 4096
+#define PRIVATE_SLOTS 512
+#define HEAD 256 /* checked bytes at the start of a block */
+#define TAIL 64  /* and at its end, for blocks of more than HEAD + TAIL bytes */
+
+typedef struct {
+  void *p;
+  size_t size;
+  size_t align;  /* 0: the default alignment */
+  uint32_t tag;  /* the pattern's seed */
+  bool zeroed;   /* from a zeroing call, resized only by rezalloc since: new bytes must read zero */
+} blk_t;
+
+static _Atomic(blk_t *) shared[SLOTS];
+static int nthreads = 4, rounds = 2;
+static long ops_per_thread = 10000;
+static uint64_t base_seed = 1;
+static atomic_long damaged, misaligned, short_usable, not_zero, failed, heap_lost, ops_done, cross, destroyed;
+
+static uint64_t rnd(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+static void report(atomic_long *counter, const char *what, const blk_t *b) {
+  if (atomic_fetch_add(counter, 1) < 5)
+    fprintf(stderr, "  %s: block %p of %zu bytes (alignment %zu)\n", what, b->p, b->size, b->align);
+}
+
+static size_t pick_size(uint64_t *s) {
+  uint64_t r = rnd(s), v = r >> 8;
+  switch (r % 64) {
+  case 0: return 0;
+  case 1: return v % 9000000;            /* huge */
+  case 2: case 3: return v % 3000000;    /* large and huge */
+  case 4: case 5: case 6: case 7: return v % 300000;
+  default:
+    if (r % 64 < 20) return v % 20000;
+    if (r % 64 < 36) return v % 1100;
+    return v % 128;
+  }
+}
+static size_t pick_align(uint64_t *s) {
+  uint64_t r = rnd(s);
+  return r % 4 != 0 ? 0 : (size_t)1 << ((r >> 8) % 23);
+}
+
+static uint8_t head_byte(const blk_t *b, size_t i) { return (uint8_t)(b->tag + i); }
+static uint8_t tail_byte(const blk_t *b, size_t i) { return (uint8_t)(b->tag ^ i); }
+static bool has_tail(size_t size) { return size > HEAD + TAIL; }
+
+static void fill(const blk_t *b) {
+  uint8_t *q = b->p;
+  for (size_t i = 0; i < b->size && i < HEAD; i++) q[i] = head_byte(b, i);
+  if (has_tail(b->size))
+    for (size_t i = b->size - TAIL; i < b->size; i++) q[i] = tail_byte(b, i);
+}
+/* the pattern in the first `upto` bytes (and at the end, if tail), the alignment, the usable size */
+static void check_block(const blk_t *b, size_t upto, bool tail) {
+  const uint8_t *q = b->p;
+  for (size_t i = 0; i < upto && i < HEAD; i++)
+    if (q[i] != head_byte(b, i)) { report(&damaged, "contents changed at its start", b); break; }
+  if (tail && has_tail(b->size))
+    for (size_t i = b->size - TAIL; i < b->size; i++)
+      if (q[i] != tail_byte(b, i)) { report(&damaged, "contents changed at its end", b); break; }
+  uintptr_t a = b->align ? b->align : (b->size >= 16 ? 16 : 1);
+  if ((uintptr_t)b->p % a) report(&misaligned, "misaligned", b);
+  if (sm_usable_size(b->p) < b->size) report(&short_usable, "usable size below the request", b);
+}
+static bool reads_zero(const void *p, size_t n) {
+  const uint8_t *q = p;
+  for (size_t i = 0; i < n; i++)
+    if (q[i]) return false;
+  return true;
+}
+
+static void block_new(blk_t *b, uint64_t *s, sm_heap_t *heap) {
+  b->size = pick_size(s);
+  b->align = pick_align(s);
+  b->tag = (uint32_t)rnd(s);
+  int kind = (int)(rnd(s) % 6);
+  bool zero = false;
+  if (b->align) {
+    switch (kind % 3) {
+    case 0: b->p = heap ? sm_heap_malloc_aligned(heap, b->size, b->align) : sm_malloc_aligned(b->size, b->align); break;
+    case 1:
+      b->p = heap ? sm_heap_zalloc_aligned(heap, b->size, b->align) : sm_zalloc_aligned(b->size, b->align);
+      zero = true;
+      break;
+    default:
+      if (b->align < sizeof(void *)) b->align = sizeof(void *);
+      if (sm_posix_memalign(&b->p, b->align, b->size) != 0) b->p = NULL;
+    }
+  } else {
+    switch (kind) {
+    case 0: case 1: b->p = heap ? sm_heap_malloc(heap, b->size) : sm_malloc(b->size); break;
+    case 2: b->p = heap ? sm_heap_calloc(heap, 1, b->size) : sm_calloc(1, b->size); zero = true; break;
+    case 3: b->p = heap ? sm_heap_zalloc(heap, b->size) : sm_zalloc(b->size); zero = true; break;
+    case 4:
+      if (b->size > 1024) b->size = 1024;
+      b->p = heap ? sm_heap_malloc_small(heap, b->size) : sm_malloc_small(b->size);
+      break;
+    default: b->p = heap ? sm_heap_mallocn(heap, 1, b->size) : sm_mallocn(1, b->size); break;
+    }
+  }
+  if (b->p == NULL) {
+    report(&failed, "allocation failed", b);
+    return;
+  }
+  if (zero && !reads_zero(b->p, b->size)) report(&not_zero, "a zeroing allocation does not read zero", b);
+  b->zeroed = zero;
+  fill(b);
+}
+
+/* resize to a random size; p == NULL afterwards if it was freed (realloc to 0) */
+static void block_resize(blk_t *b, uint64_t *s) {
+  check_block(b, b->size, true);
+  size_t old = b->size, size = pick_size(s);
+  int kind = (int)(rnd(s) % 4);
+  bool zeroing = kind == 0;
+  void *p;
+  if (b->align) p = zeroing ? sm_rezalloc_aligned(b->p, size, b->align) : sm_realloc_aligned(b->p, size, b->align);
+  else if (zeroing) p = sm_rezalloc(b->p, size);
+  else if (kind == 1) {
+    p = sm_expand(b->p, size);
+    if (p == NULL) return; /* not in place: unchanged */
+  } else p = sm_realloc(b->p, size);
+  if (p == NULL && size == 0) { /* realloc(p, 0) frees p (as glibc's) */
+    b->p = NULL;
+    return;
+  }
+  if (p == NULL) {
+    report(&failed, "resize failed", b);
+    return;
+  }
+  b->p = p;
+  b->size = old < size ? old : size;
+  check_block(b, b->size, false); /* what was kept is still there */
+  if (!zeroing) b->zeroed = false;
+  if (b->zeroed && size > old && !reads_zero((uint8_t *)p + old, size - old))
+    report(&not_zero, "rezalloc's new bytes do not read zero", b);
+  b->size = size;
+  fill(b);
+}
+
+static void block_free(blk_t *b, uint64_t *s) {
+  check_block(b, b->size, true);
+  switch (rnd(s) % 4) {
+  case 0: sm_free_size(b->p, b->size); break;
+  case 1:
+    if (b->align) {
+      sm_free_aligned(b->p, b->align);
+      break;
+    }
+    /* fall through */
+  default: sm_free(b->p);
+  }
+  b->p = NULL;
+}
+
+static void *worker(void *arg) {
+  uint64_t s = (base_seed * 0x9E3779B97F4A7C15ull) ^ ((uintptr_t)arg * 0xBF58476D1CE4E5B9ull) ^ 1;
+  blk_t *mine = calloc(PRIVATE_SLOTS, sizeof(blk_t));
+  sm_heap_t *heap = NULL; /* a heap of this thread's own, now and then */
+  for (long n = 0; n < ops_per_thread; n++) {
+    uint64_t r = rnd(&s);
+    int op = (int)(r % 100);
+    if (op < 45) { /* a private slot, maybe in the private heap */
+      blk_t *b = &mine[(r >> 8) % PRIVATE_SLOTS];
+      if (b->p == NULL) block_new(b, &s, heap);
+      else if ((r >> 40) % 3 == 0) block_resize(b, &s);
+      else block_free(b, &s);
+    } else if (op < 90) { /* a shared slot: take it, change it, put it back */
+      size_t i = (r >> 8) % SLOTS;
+      blk_t *b = atomic_exchange(&shared[i], NULL);
+      if (b == NULL) {
+        b = calloc(1, sizeof *b);
+        block_new(b, &s, NULL);
+      } else {
+        atomic_fetch_add(&cross, 1);
+        if ((r >> 40) % 3 == 0) block_resize(b, &s);
+        else block_free(b, &s);
+        if (b->p == NULL) block_new(b, &s, NULL);
+      }
+      if (b->p == NULL) { /* allocation failed (reported) */
+        free(b);
+        continue;
+      }
+      b = atomic_exchange(&shared[i], b);
+      if (b != NULL) { /* another thread filled the slot meanwhile */
+        block_free(b, &s);
+        free(b);
+      }
+    } else if (op < 93) {
+      if (heap == NULL) {
+        heap = sm_heap_new();
+      } else if ((r >> 20) % 2) { /* destroy: its blocks go with it */
+        for (int j = 0; j < PRIVATE_SLOTS; j++)
+          if (mine[j].p != NULL && sm_heap_contains_block(heap, mine[j].p)) mine[j].p = NULL;
+        sm_heap_destroy(heap);
+        heap = NULL;
+        atomic_fetch_add(&destroyed, 1);
+      } else { /* delete: its blocks stay valid */
+        sm_heap_delete(heap);
+        heap = NULL;
+      }
+    } else if (op == 93 && (r >> 16) % 64 == 0) {
+      sm_collect((r >> 30) & 1);
+    } else if (op < 97) {
+      sm_free(NULL);
+      if (sm_usable_size(NULL) != 0) atomic_fetch_add(&failed, 1);
+    } else if ((r >> 16) % 256 == 0) { /* now and then, everything private goes */
+      for (int j = 0; j < PRIVATE_SLOTS; j++)
+        if (mine[j].p != NULL) block_free(&mine[j], &s);
+    }
+  }
+  if (heap != NULL) { /* a heap that is deleted keeps its blocks: they must all still be intact */
+    for (int j = 0; j < PRIVATE_SLOTS; j++)
+      if (mine[j].p != NULL && !sm_heap_contains_block(sm_heap_get_backing(), mine[j].p) &&
+          !sm_heap_contains_block(heap, mine[j].p))
+        report(&heap_lost, "a block of a live heap is in neither heap", &mine[j]);
+    sm_heap_delete(heap);
+  }
+  for (int j = 0; j < PRIVATE_SLOTS; j++)
+    if (mine[j].p != NULL) block_free(&mine[j], &s);
+  free(mine);
+  atomic_fetch_add(&ops_done, ops_per_thread);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  sm_test_name = "test-fuzz";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--threads")) nthreads = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--ops")) ops_per_thread = atol(argv[i + 1]);
+    else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--seed")) base_seed = strtoull(argv[i + 1], NULL, 0);
+  }
+  if (nthreads < 1 || nthreads > 64) nthreads = 4;
+  SECTION("random sm_ API calls across threads and heaps") {
+    uint64_t s = base_seed;
+    for (int round = 0; round < rounds; round++) {
+      pthread_t t[64];
+      for (int i = 0; i < nthreads; i++) pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(round * 64 + i));
+      for (int i = 0; i < nthreads; i++) pthread_join(t[i], NULL);
+    }
+    for (int i = 0; i < SLOTS; i++) {
+      blk_t *b = atomic_exchange(&shared[i], NULL);
+      if (b != NULL) {
+        block_free(b, &s);
+        free(b);
+      }
+    }
+    CHECK(atomic_load(&damaged) == 0, "expected every block intact, seen %ld damaged", atomic_load(&damaged));
+    CHECK(atomic_load(&misaligned) == 0, "expected every block aligned, seen %ld misaligned", atomic_load(&misaligned));
+    CHECK(atomic_load(&short_usable) == 0, "expected usable sizes >= requests, seen %ld below", atomic_load(&short_usable));
+    CHECK(atomic_load(&not_zero) == 0, "expected zeroing calls to zero, seen %ld not", atomic_load(&not_zero));
+    CHECK(atomic_load(&failed) == 0, "expected no call to fail, seen %ld", atomic_load(&failed));
+    CHECK(atomic_load(&heap_lost) == 0, "expected heap blocks found, seen %ld lost", atomic_load(&heap_lost));
+    printf("  %d rounds of %d threads, %ld operations (%ld on blocks of other threads), %ld heaps destroyed\n",
+           rounds, nthreads, atomic_load(&ops_done), atomic_load(&cross), atomic_load(&destroyed));
+  }
+  sm_collect(true);
+  return sm_test_summary();
+}
