@@ -360,6 +360,16 @@ static sm_noinline void free_with_options(void *p, sm_segment_t *segment, sm_pag
   if (ring != NULL) quarantine_leave(ring);
 }
 
+/* Through the ring's protocol, as a destroy in another thread may be reading every ring (a heap
+ * made with sm_heap_new, which served a thread as its default, may have been left with blocks in
+ * its ring: they are dropped, never freed) */
+void smi_quarantine_reset(sm_heap_t *heap) {
+  sm_quarantine_t *q = smi_heap_quarantine(heap);
+  quarantine_enter(q);
+  q->count = q->head = 0;
+  quarantine_leave(q);
+}
+
 /* thread exit, sm_collect: free what waits in the quarantine */
 void smi_quarantine_flush(sm_heap_t *heap) {
   sm_quarantine_t *q = smi_heap_quarantine(heap);

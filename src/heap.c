@@ -12,7 +12,7 @@
 void smi_heap_init(sm_heap_t *heap, sm_tld_t *tld, uintptr_t thread_id) {
   memset(heap, 0, offsetof(sm_heap_t, lock));
 #if SM_SECURE
-  smi_heap_quarantine(heap)->count = smi_heap_quarantine(heap)->head = 0; /* a reused heap's ring may have been left */
+  smi_quarantine_reset(heap);
 #endif
   for (size_t i = 0; i < SM_DIRECT_COUNT; i++) heap->pages_direct[i] = &smi_page_empty;
   heap->thread_id = thread_id;

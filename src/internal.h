@@ -312,6 +312,7 @@ bool smi_block_is_live(const void *p); /* every check a free makes (reported the
 #endif
 #if SM_SECURE
 void smi_quarantine_flush(sm_heap_t *heap);
+void smi_quarantine_reset(sm_heap_t *heap); /* a pooled heap taken again: its ring starts empty */
 void smi_quarantines_hold(void); /* sm_heap_destroy: no thread uses its ring until released */
 void smi_quarantines_release(void);
 void smi_quarantines_fork_child(void);
