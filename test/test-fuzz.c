@@ -7,7 +7,11 @@
  * in a shared table of atomic slots, so many are resized and freed by another thread than the one
  * that allocated them. Each block's first and last bytes carry a pattern that is checked before
  * every resize and free, together with its alignment, its usable size and (for zeroing calls) that
- * its memory reads as zero. Threads come and go in rounds.
+ * its memory reads as zero. Each thread also makes a heap that every thread allocates from (its
+ * own part without a lock, the others through the heap's shared part), which outlives its
+ * creator: the main thread deletes those heaps after the round, their blocks still in use. A
+ * thread's own heap is now and then its default heap for a few calls of the plain API. Threads
+ * come and go in rounds.
  * Under ThreadSanitizer it found a remote free that wrote into a page after its owner had freed it
  * (page.c, page_wait_notify).
  * Options: --threads T --ops N (per thread and round) --rounds R --seed S. */
@@ -33,10 +37,12 @@ typedef struct {
 } blk_t;
 
 static _Atomic(blk_t *) shared[SLOTS];
+static sm_heap_t *_Atomic round_heaps[64]; /* made by each thread of a round, used by all of them */
 static int nthreads = 4, rounds = 2;
 static long ops_per_thread = 10000;
 static uint64_t base_seed = 1;
-static atomic_long damaged, misaligned, short_usable, not_zero, failed, heap_lost, ops_done, cross, destroyed;
+static atomic_long damaged, misaligned, short_usable, not_zero, failed, heap_lost, ops_done, cross, destroyed,
+    in_round_heaps, as_default;
 
 static uint64_t rnd(uint64_t *s) {
   *s ^= *s << 13;
@@ -180,8 +186,12 @@ static void block_free(blk_t *b, uint64_t *s) {
   b->p = NULL;
 }
 
+static pthread_barrier_t round_start;
+
 static void *worker(void *arg) {
   uint64_t s = (base_seed * 0x9E3779B97F4A7C15ull) ^ ((uintptr_t)arg * 0xBF58476D1CE4E5B9ull) ^ 1;
+  atomic_store(&round_heaps[(uintptr_t)arg % 64], sm_heap_new());
+  pthread_barrier_wait(&round_start);
   blk_t *mine = calloc(PRIVATE_SLOTS, sizeof(blk_t));
   sm_heap_t *heap = NULL; /* a heap of this thread's own, now and then */
   for (long n = 0; n < ops_per_thread; n++) {
@@ -197,7 +207,9 @@ static void *worker(void *arg) {
       blk_t *b = atomic_exchange(&shared[i], NULL);
       if (b == NULL) {
         b = calloc(1, sizeof *b);
-        block_new(b, &s, NULL);
+        sm_heap_t *h = (r >> 50) % 4 == 0 ? atomic_load(&round_heaps[(r >> 52) % nthreads]) : NULL;
+        if (h != NULL) atomic_fetch_add(&in_round_heaps, 1);
+        block_new(b, &s, h); /* a heap of any thread of this round: they live until it is over */
       } else {
         atomic_fetch_add(&cross, 1);
         if ((r >> 40) % 3 == 0) block_resize(b, &s);
@@ -226,7 +238,17 @@ static void *worker(void *arg) {
         sm_heap_delete(heap);
         heap = NULL;
       }
-    } else if (op == 93 && (r >> 16) % 64 == 0) {
+    } else if (op == 93 && heap != NULL && (r >> 16) % 4 == 0) { /* the plain API, into this thread's heap */
+      blk_t *b = &mine[(r >> 24) % PRIVATE_SLOTS];
+      if (b->p == NULL) {
+        sm_heap_t *previous = sm_heap_set_default(heap);
+        if (previous != sm_heap_get_backing()) atomic_fetch_add(&failed, 1);
+        block_new(b, &s, NULL);
+        if (b->p != NULL && !sm_heap_contains_block(heap, b->p)) report(&heap_lost, "not in the default heap", b);
+        sm_heap_set_default(previous);
+        atomic_fetch_add(&as_default, 1);
+      }
+    } else if (op == 94 && (r >> 16) % 64 == 0) {
       sm_collect((r >> 30) & 1);
     } else if (op < 97) {
       sm_free(NULL);
@@ -261,11 +283,19 @@ int main(int argc, char **argv) {
   if (nthreads < 1 || nthreads > 64) nthreads = 4;
   SECTION("random sm_ API calls across threads and heaps") {
     uint64_t s = base_seed;
+    pthread_barrier_init(&round_start, NULL, (unsigned)nthreads);
     for (int round = 0; round < rounds; round++) {
       pthread_t t[64];
       for (int i = 0; i < nthreads; i++) pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(round * 64 + i));
       for (int i = 0; i < nthreads; i++) pthread_join(t[i], NULL);
+      /* their creators have ended: the heaps are served through their locks now; deleting them
+       * keeps their blocks (in the shared table) valid */
+      for (int i = 0; i < nthreads; i++) {
+        sm_heap_t *h = atomic_exchange(&round_heaps[i], NULL);
+        if (h != NULL) sm_heap_delete(h);
+      }
     }
+    pthread_barrier_destroy(&round_start);
     for (int i = 0; i < SLOTS; i++) {
       blk_t *b = atomic_exchange(&shared[i], NULL);
       if (b != NULL) {
@@ -279,8 +309,10 @@ int main(int argc, char **argv) {
     CHECK(atomic_load(&not_zero) == 0, "expected zeroing calls to zero, seen %ld not", atomic_load(&not_zero));
     CHECK(atomic_load(&failed) == 0, "expected no call to fail, seen %ld", atomic_load(&failed));
     CHECK(atomic_load(&heap_lost) == 0, "expected heap blocks found, seen %ld lost", atomic_load(&heap_lost));
-    printf("  %d rounds of %d threads, %ld operations (%ld on blocks of other threads), %ld heaps destroyed\n",
-           rounds, nthreads, atomic_load(&ops_done), atomic_load(&cross), atomic_load(&destroyed));
+    printf("  %d rounds of %d threads, %ld operations (%ld on blocks of other threads), %ld heaps destroyed,\n"
+           "  %ld blocks from the round's shared heaps, %ld through a thread's heap made its default\n",
+           rounds, nthreads, atomic_load(&ops_done), atomic_load(&cross), atomic_load(&destroyed),
+           atomic_load(&in_round_heaps), atomic_load(&as_default));
   }
   sm_collect(true);
   return sm_test_summary();
