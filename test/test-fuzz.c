@@ -10,8 +10,9 @@
  * its memory reads as zero. Each thread also makes a heap that every thread allocates from (its
  * own part without a lock, the others through the heap's shared part), which outlives its
  * creator: the main thread deletes those heaps after the round, their blocks still in use. A
- * thread's own heap is now and then its default heap for a few calls of the plain API. Threads
- * come and go in rounds.
+ * thread's own heap is now and then its default heap for a few calls of the plain API. Now and
+ * then a thread reads the statistics, visits its heap, or changes the purge options under the
+ * others' feet. Threads come and go in rounds.
  * Under ThreadSanitizer it found a remote free that wrote into a page after its owner had freed it
  * (page.c, page_wait_notify).
  * Options: --threads T --ops N (per thread and round) --rounds R --seed S. */
@@ -188,6 +189,13 @@ static void block_free(blk_t *b, uint64_t *s) {
 
 static pthread_barrier_t round_start;
 
+static void discard_output(const char *msg, void *arg) { (void)msg; (void)arg; }
+static bool count_block(const sm_heap_t *heap, const sm_heap_area_t *area, void *block, size_t size, void *arg) {
+  (void)heap, (void)area, (void)size;
+  if (block != NULL) ++*(long *)arg;
+  return true;
+}
+
 static void *worker(void *arg) {
   uint64_t s = (base_seed * 0x9E3779B97F4A7C15ull) ^ ((uintptr_t)arg * 0xBF58476D1CE4E5B9ull) ^ 1;
   atomic_store(&round_heaps[(uintptr_t)arg % 64], sm_heap_new());
@@ -250,7 +258,35 @@ static void *worker(void *arg) {
       }
     } else if (op == 94 && (r >> 16) % 64 == 0) {
       sm_collect((r >> 30) & 1);
-    } else if (op < 97) {
+    } else if (op == 95 && (r >> 16) % 16 == 0) { /* introspection and options while others allocate */
+      switch ((r >> 24) % 6) {
+      case 0: {
+        char *json = sm_stats_get_json(0, NULL);
+        if (json == NULL || json[0] != '{') atomic_fetch_add(&failed, 1);
+        sm_free(json);
+        break;
+      }
+      case 1: sm_stats_merge(); break;
+      case 2: sm_thread_stats_print_out(discard_output, NULL); break;
+      case 3: {
+        size_t rss = 0, commit = 0;
+        sm_process_info(NULL, NULL, NULL, &rss, NULL, &commit, NULL, NULL);
+        if (rss == 0) atomic_fetch_add(&failed, 1);
+        break;
+      }
+      case 4:
+        if (heap != NULL) {
+          long live = 0;
+          sm_heap_visit_blocks(heap, true, count_block, &live);
+        }
+        break;
+      default: { /* purge at once, after the default delay, or never: the paths change under the others */
+        static const long delays[] = {0, 10, 100, -1};
+        sm_option_set(sm_option_purge_delay, delays[(r >> 32) % 4]);
+        sm_option_set(sm_option_purge_decommits, (long)((r >> 36) & 1));
+      }
+      }
+    } else if (op == 96) {
       sm_free(NULL);
       if (sm_usable_size(NULL) != 0) atomic_fetch_add(&failed, 1);
     } else if ((r >> 16) % 256 == 0) { /* now and then, everything private goes */
