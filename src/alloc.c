@@ -159,7 +159,7 @@ __attribute__((always_inline)) static inline void *padding_finish(void *p, size_
 
 /* at free: report an overflow past the usable size, naming the first overwritten byte (free's
  * fast path tests smi_padding_intact first) */
-void smi_padding_check(const void *p, size_t block_size) {
+bool smi_padding_check(const void *p, size_t block_size) {
   const uint8_t *b = p;
   size_t usable = usable_raw(p), size = padding_requested(p, usable), canary_at = usable - SM_PADDING;
   size_t from = size < canary_at ? size : canary_at; /* the padding (size == usable: record damaged) */
@@ -175,9 +175,10 @@ void smi_padding_check(const void *p, size_t block_size) {
   }
   if (bad == SIZE_MAX && size == usable) bad = usable - 4; /* the size record itself */
   smi_track_noaccess(b + from, usable - from);
-  if (bad != SIZE_MAX)
-    smi_error(EFAULT, "buffer overflow in block %p (requested %zu bytes, usable %zu, block size %zu): byte %zu was overwritten",
-              p, size, padding_usable(p, usable), block_size, bad);
+  if (bad == SIZE_MAX) return true;
+  smi_error(EFAULT, "buffer overflow in block %p (requested %zu bytes, usable %zu, block size %zu): byte %zu was overwritten",
+            p, size, padding_usable(p, usable), block_size, bad);
+  return false;
 }
 
 /* free: the program's part of the block is no longer the program's */

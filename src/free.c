@@ -169,7 +169,19 @@ static sm_page_t *block_validate(const void *p) {
     smi_error(EINVAL, "double free of %p (block size %zu)", p, page->block_size);
     return NULL;
   }
-  smi_padding_check(p, page->block_size);
+  if (lead != 0 && !smi_padding_intact(p, page->block_size - lead)) {
+    /* a page that handed out aligned pointers takes any pointer into a block for one, but only
+     * the one handed out has the canary at the block's end, and the canary names it */
+    uint32_t stored = smi_padding_canary(p, page->block_size - lead);
+    uintptr_t named = ((uintptr_t)p & ~(uintptr_t)UINT32_MAX) | (stored ^ (uint32_t)smi_read_mostly.secret);
+    if (named >= (uintptr_t)block && named < (uintptr_t)block + page->block_size && named != (uintptr_t)p) {
+      smi_error(EINVAL, "free of an interior pointer %p (block %p of size %zu, handed out as %p)", p,
+                (const void *)block, page->block_size, (void *)named);
+      return NULL;
+    }
+  }
+  /* an overflow is reported and the free ignored, as for every error: the block stays allocated */
+  if (!smi_padding_check(p, page->block_size)) return NULL;
   return page;
 }
 

@@ -327,7 +327,7 @@ size_t smi_usable_size(const void *p);
 #if SM_CHECK_FREES
 size_t smi_requested_size(const void *p); /* from the block's padding */
 #endif
-void smi_padding_check(const void *p, size_t block_size);
+bool smi_padding_check(const void *p, size_t block_size); /* false: an overflow (reported) */
 void smi_track_block_free(void *p);
 void *smi_enomem(void);
 
