@@ -394,8 +394,12 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
   }
 #if SM_CHECK_FREES
   /* p must pass every check a free makes before anything of its block is read (a freed huge
-   * block's mapping may be gone); reported, and the bad call is ignored */
-  if (!smi_block_is_live(p)) return NULL;
+   * block's mapping may be gone); reported, and the bad call is ignored (EINVAL: NULL from
+   * realloc alone would read as out of memory) */
+  if (!smi_block_is_live(p)) {
+    errno = EINVAL;
+    return NULL;
+  }
 #endif
   size_t usable = smi_usable_size(p);
   bool aligned = alignment == 0 || (((uintptr_t)p + offset) & (alignment - 1)) == 0;

@@ -6,7 +6,7 @@
  * free, free_sized) on blocks of 0 bytes to 3 MiB that carry a pattern; now and then it commits
  * one misuse: a double free (at once, or after other frees and allocations of its size), a free
  * of an interior, stack or global pointer, a write one byte past the usable size followed by the
- * free, a realloc of a freed block, a free_sized with the wrong size. Every misuse must be
+ * free, a realloc of a freed block (NULL and EINVAL), a free_sized with the wrong size. Every misuse must be
  * reported (at least one error), no correct call may be (no false alarm), and every live block
  * must keep its contents; the blocks that a rejected free left live are freed at the end. */
 #include "sm-test.h"
@@ -28,7 +28,7 @@ typedef struct {
 } blk_t;
 
 static blk_t live[SLOTS];
-static long errors, misuses, misuses_missed, false_alarms, damaged, done_ops;
+static long errors, misuses, misuses_missed, false_alarms, damaged, done_ops, realloc_errno_wrong;
 static char global_buf[256];
 
 static uint64_t rnd(uint64_t *s) {
@@ -159,7 +159,9 @@ static bool misuse(blk_t *b, uint64_t *s) {
   case 6: { /* realloc of a freed block */
     if (b->p == NULL || b->leaked) return false;
     free(b->p);
+    errno = 0;
     void *q = realloc(b->p, b->size + 1);
+    if (q == NULL && errno != EINVAL) realloc_errno_wrong++;
     if (q != NULL && errors == before) free(q); /* not caught: do not leak */
     b->p = NULL;
     break;
@@ -204,6 +206,8 @@ static int child(long ops, uint64_t seed) {
     CHECK(misuses_missed == 0, "expected every misuse reported, seen %ld of %ld not", misuses_missed, misuses);
     CHECK(false_alarms == 0, "expected no error on a correct call, seen %ld", false_alarms);
     CHECK(damaged == 0, "expected every live block intact, seen %ld damaged", damaged);
+    CHECK(realloc_errno_wrong == 0, "a rejected realloc: expected NULL with errno EINVAL, seen %ld otherwise",
+          realloc_errno_wrong);
     printf("  %ld operations, %ld misuses, %ld errors reported\n", done_ops, misuses, errors);
   }
   return sm_test_summary();
