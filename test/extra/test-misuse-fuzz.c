@@ -4,11 +4,11 @@
  * It runs itself again with that library preloaded, errors going to a handler (abort_on_error off).
  * The workload uses the standard API (malloc, calloc, realloc, aligned_alloc, posix_memalign,
  * free, free_sized) on blocks of 0 bytes to 3 MiB that carry a pattern; now and then it commits
- * one misuse: a double free (at once, or after other frees and allocations of its size), a free
- * of an interior, stack or global pointer, a write one byte past the usable size followed by the
- * free, a realloc of a freed block (NULL and EINVAL), a free_sized with the wrong size. Every misuse must be
- * reported (at least one error), no correct call may be (no false alarm), and every live block
- * must keep its contents; the blocks that a rejected free left live are freed at the end. */
+ * one misuse: a double free (at once, or after an allocation of another size), a free of an
+ * interior, stack or global pointer, a write one byte past the usable size followed by the free,
+ * a realloc of a freed block (NULL and EINVAL), a free_sized with the wrong size. Every misuse
+ * must be reported (at least one error), no correct call may be (no false alarm), and every live
+ * block must keep its contents; a block that a rejected free left live is freed correctly later. */
 #include "sm-test.h"
 
 #include <malloc.h>
@@ -121,7 +121,7 @@ static bool misuse(blk_t *b, uint64_t *s) {
     free(b->p);
     b->p = NULL;
     break;
-  case 1: { /* double free after other traffic of the same size (it may have been reused: then not a misuse) */
+  case 1: { /* double free after an allocation of another size (which cannot take the block) */
     if (b->p == NULL || b->leaked || b->size < 16) return false;
     char *p = b->p;
     size_t size = b->size;
