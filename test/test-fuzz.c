@@ -15,7 +15,9 @@
  * others' feet. Threads come and go in rounds.
  * Under ThreadSanitizer it found a remote free that wrote into a page after its owner had freed it
  * (page.c, page_wait_notify).
- * Options: --threads T --ops N (per thread and round) --rounds R --seed S. */
+ * With --may-fail (under SHARDMALLOC_MEMORY_LIMIT or ulimit -v) calls may fail, with ENOMEM, and
+ * nothing else may go wrong.
+ * Options: --threads T --ops N (per thread and round) --rounds R --seed S [--may-fail]. */
 #include "sm-test.h"
 
 #include <pthread.h>
@@ -42,8 +44,9 @@ static sm_heap_t *_Atomic round_heaps[64]; /* made by each thread of a round, us
 static int nthreads = 4, rounds = 2;
 static long ops_per_thread = 10000;
 static uint64_t base_seed = 1;
-static atomic_long damaged, misaligned, short_usable, not_zero, failed, heap_lost, ops_done, cross, destroyed,
-    in_round_heaps, as_default;
+static atomic_long damaged, misaligned, short_usable, not_zero, failed, wrong_errno, heap_lost, ops_done, cross,
+    destroyed, in_round_heaps, as_default;
+static bool may_fail; /* --may-fail: under a memory limit calls may fail (with ENOMEM) */
 
 static uint64_t rnd(uint64_t *s) {
   *s ^= *s << 13;
@@ -109,6 +112,7 @@ static void block_new(blk_t *b, uint64_t *s, sm_heap_t *heap) {
   b->tag = (uint32_t)rnd(s);
   int kind = (int)(rnd(s) % 6);
   bool zero = false;
+  errno = 0;
   if (b->align) {
     switch (kind % 3) {
     case 0: b->p = heap ? sm_heap_malloc_aligned(heap, b->size, b->align) : sm_malloc_aligned(b->size, b->align); break;
@@ -118,7 +122,11 @@ static void block_new(blk_t *b, uint64_t *s, sm_heap_t *heap) {
       break;
     default:
       if (b->align < sizeof(void *)) b->align = sizeof(void *);
-      if (sm_posix_memalign(&b->p, b->align, b->size) != 0) b->p = NULL;
+      int err = sm_posix_memalign(&b->p, b->align, b->size);
+      if (err != 0) {
+        b->p = NULL;
+        errno = err; /* it returns its error */
+      }
     }
   } else {
     switch (kind) {
@@ -133,7 +141,9 @@ static void block_new(blk_t *b, uint64_t *s, sm_heap_t *heap) {
     }
   }
   if (b->p == NULL) {
-    report(&failed, "allocation failed", b);
+    if (errno != ENOMEM) report(&wrong_errno, "allocation failed without ENOMEM", b);
+    if (may_fail) atomic_fetch_add(&failed, 1);
+    else report(&failed, "allocation failed", b);
     return;
   }
   if (zero && !reads_zero(b->p, b->size)) report(&not_zero, "a zeroing allocation does not read zero", b);
@@ -148,6 +158,7 @@ static void block_resize(blk_t *b, uint64_t *s) {
   int kind = (int)(rnd(s) % 4);
   bool zeroing = kind == 0;
   void *p;
+  errno = 0;
   if (b->align) p = zeroing ? sm_rezalloc_aligned(b->p, size, b->align) : sm_realloc_aligned(b->p, size, b->align);
   else if (zeroing) p = sm_rezalloc(b->p, size);
   else if (kind == 1) {
@@ -159,7 +170,9 @@ static void block_resize(blk_t *b, uint64_t *s) {
     return;
   }
   if (p == NULL) {
-    report(&failed, "resize failed", b);
+    if (errno != ENOMEM) report(&wrong_errno, "resize failed without ENOMEM", b);
+    if (may_fail) atomic_fetch_add(&failed, 1);
+    else report(&failed, "resize failed", b);
     return;
   }
   b->p = p;
@@ -201,6 +214,10 @@ static void *worker(void *arg) {
   atomic_store(&round_heaps[(uintptr_t)arg % 64], sm_heap_new());
   pthread_barrier_wait(&round_start);
   blk_t *mine = calloc(PRIVATE_SLOTS, sizeof(blk_t));
+  if (mine == NULL) { /* only under a memory limit (SHARDMALLOC_MEMORY_LIMIT) */
+    atomic_fetch_add(&failed, 1);
+    return NULL;
+  }
   sm_heap_t *heap = NULL; /* a heap of this thread's own, now and then */
   for (long n = 0; n < ops_per_thread; n++) {
     uint64_t r = rnd(&s);
@@ -214,7 +231,10 @@ static void *worker(void *arg) {
       size_t i = (r >> 8) % SLOTS;
       blk_t *b = atomic_exchange(&shared[i], NULL);
       if (b == NULL) {
-        b = calloc(1, sizeof *b);
+        if ((b = calloc(1, sizeof *b)) == NULL) {
+          atomic_fetch_add(&failed, 1);
+          continue;
+        }
         sm_heap_t *h = (r >> 50) % 4 == 0 ? atomic_load(&round_heaps[(r >> 52) % nthreads]) : NULL;
         if (h != NULL) atomic_fetch_add(&in_round_heaps, 1);
         block_new(b, &s, h); /* a heap of any thread of this round: they live until it is over */
@@ -316,6 +336,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--seed")) base_seed = strtoull(argv[i + 1], NULL, 0);
   }
+  for (int i = 1; i < argc; i++) may_fail |= !strcmp(argv[i], "--may-fail");
   if (nthreads < 1 || nthreads > 64) nthreads = 4;
   SECTION("random sm_ API calls across threads and heaps") {
     uint64_t s = base_seed;
@@ -343,8 +364,10 @@ int main(int argc, char **argv) {
     CHECK(atomic_load(&misaligned) == 0, "expected every block aligned, seen %ld misaligned", atomic_load(&misaligned));
     CHECK(atomic_load(&short_usable) == 0, "expected usable sizes >= requests, seen %ld below", atomic_load(&short_usable));
     CHECK(atomic_load(&not_zero) == 0, "expected zeroing calls to zero, seen %ld not", atomic_load(&not_zero));
-    CHECK(atomic_load(&failed) == 0, "expected no call to fail, seen %ld", atomic_load(&failed));
+    if (!may_fail) CHECK(atomic_load(&failed) == 0, "expected no call to fail, seen %ld", atomic_load(&failed));
+    CHECK(atomic_load(&wrong_errno) == 0, "expected failures to set ENOMEM, seen %ld otherwise", atomic_load(&wrong_errno));
     CHECK(atomic_load(&heap_lost) == 0, "expected heap blocks found, seen %ld lost", atomic_load(&heap_lost));
+    if (may_fail) printf("  %ld calls failed with ENOMEM (allowed: --may-fail)\n", atomic_load(&failed));
     printf("  %d rounds of %d threads, %ld operations (%ld on blocks of other threads), %ld heaps destroyed,\n"
            "  %ld blocks from the round's shared heaps, %ld through a thread's heap made its default\n",
            rounds, nthreads, atomic_load(&ops_done), atomic_load(&cross), atomic_load(&destroyed),
