@@ -1,6 +1,6 @@
 /* test-misuse-fuzz: misuse at random moments of a random workload, in the secure and debug builds
  * (DROPIN 20: misuse is reported and the heap is never silently corrupted).
- * Usage: test-misuse-fuzz LIBSHARDMALLOC-(SECURE|DEBUG).so [--ops N] [--seed S]
+ * Usage: test-misuse-fuzz LIBSHARDMALLOC-(SECURE|DEBUG).so [--ops N] [--seed S] [--threads T]
  * It runs itself again with that library preloaded, errors going to a handler (abort_on_error off).
  * The workload uses the standard API (malloc, calloc, realloc, aligned_alloc, posix_memalign,
  * free, free_sized) on blocks of 0 bytes to 3 MiB that carry a pattern; now and then it commits
@@ -8,10 +8,14 @@
  * interior, stack or global pointer, a write one byte past the usable size followed by the free,
  * a realloc of a freed block (NULL and EINVAL), a free_sized with the wrong size. Every misuse
  * must be reported (at least one error), no correct call may be (no false alarm), and every live
- * block must keep its contents; a block that a rejected free left live is freed correctly later. */
+ * block must keep its contents; a block that a rejected free left live is freed correctly later.
+ * With several threads (each its own blocks), the misuses that free a block are left out: another
+ * thread could take it meanwhile, and its owner's second free would then be a correct one. */
 #include "sm-test.h"
 
 #include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "shardmalloc.h"
@@ -27,8 +31,14 @@ typedef struct {
   bool leaked; /* a rejected free left it live (a plain free of it is correct) */
 } blk_t;
 
-static blk_t live[SLOTS];
-static long errors, misuses, misuses_missed, false_alarms, damaged, done_ops, realloc_errno_wrong;
+/* per thread (the handler runs in the thread that made the bad call); summed at the end */
+static _Thread_local volatile long errors; /* volatile: the compiler does not see the handler run inside free */
+static _Thread_local long misuses, misuses_missed, false_alarms, damaged, done_ops, realloc_errno_wrong;
+static atomic_long total_errors, total_misuses, total_missed, total_false_alarms, total_damaged, total_ops,
+    total_realloc_errno_wrong;
+static int nthreads = 1; /* with several, no misuse that frees: another thread could take the block */
+static long ops_per_thread = 200000;
+static uint64_t base_seed = 1;
 static char global_buf[256];
 
 static uint64_t rnd(uint64_t *s) {
@@ -114,7 +124,9 @@ static void correct_op(blk_t *b, uint64_t *s) {
 static bool misuse(blk_t *b, uint64_t *s) {
   long before = errors;
   char local[64];
-  switch (rnd(s) % 8) {
+  int kind = (int)(rnd(s) % 8);
+  if (nthreads > 1 && (kind == 0 || kind == 1 || kind == 6)) return false;
+  switch (kind) {
   case 0: /* double free, at once */
     if (b->p == NULL || b->leaked) return false;
     free(b->p);
@@ -181,34 +193,55 @@ static bool misuse(blk_t *b, uint64_t *s) {
   return true;
 }
 
-static int child(long ops, uint64_t seed) {
+static void *worker(void *arg) {
+  uint64_t s = (base_seed + (uintptr_t)arg) * 0x9E3779B97F4A7C15ull + 1;
+  blk_t *live = calloc(SLOTS, sizeof(blk_t));
+  for (long n = 0; n < ops_per_thread; n++) {
+    blk_t *b = &live[rnd(&s) % SLOTS];
+    if (rnd(&s) % 64 == 0) misuse(b, &s);
+    else correct_op(b, &s);
+    done_ops++;
+  }
+  for (int i = 0; i < SLOTS; i++) { /* every live block intact, and freed correctly */
+    blk_t *b = &live[i];
+    if (b->p == NULL) continue;
+    if (!intact(b)) damaged++;
+    long before = errors;
+    free(b->p);
+    if (errors != before) false_alarms++;
+  }
+  free(live);
+  atomic_fetch_add(&total_errors, errors);
+  atomic_fetch_add(&total_misuses, misuses);
+  atomic_fetch_add(&total_missed, misuses_missed);
+  atomic_fetch_add(&total_false_alarms, false_alarms);
+  atomic_fetch_add(&total_damaged, damaged);
+  atomic_fetch_add(&total_ops, done_ops);
+  atomic_fetch_add(&total_realloc_errno_wrong, realloc_errno_wrong);
+  return NULL;
+}
+
+static int child(void) {
   sm_option_set(sm_option_abort_on_error, 0);
   sm_option_set(sm_option_show_errors, 0);
   sm_register_error(on_error, NULL);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  SECTION("misuse at random moments: reported, and no damage, no false alarm") {
-    for (long n = 0; n < ops; n++) {
-      blk_t *b = &live[rnd(&s) % SLOTS];
-      if (rnd(&s) % 64 == 0) misuse(b, &s);
-      else correct_op(b, &s);
-      done_ops++;
-    }
-    for (int i = 0; i < SLOTS; i++) { /* every live block intact, and freed correctly */
-      blk_t *b = &live[i];
-      if (b->p == NULL) continue;
-      if (!intact(b)) damaged++;
-      long before = errors;
-      free(b->p);
-      if (errors != before) false_alarms++;
-    }
+  SECTION(nthreads > 1 ? "misuse at random moments in several threads (no double frees)"
+                       : "misuse at random moments: reported, and no damage, no false alarm") {
+    pthread_t t[64];
+    for (int i = 0; i < nthreads; i++) pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)i);
+    for (int i = 0; i < nthreads; i++) pthread_join(t[i], NULL);
     sm_collect(true);
-    CHECK(misuses > 100, "expected over 100 misuses committed, seen %ld", misuses);
-    CHECK(misuses_missed == 0, "expected every misuse reported, seen %ld of %ld not", misuses_missed, misuses);
-    CHECK(false_alarms == 0, "expected no error on a correct call, seen %ld", false_alarms);
-    CHECK(damaged == 0, "expected every live block intact, seen %ld damaged", damaged);
-    CHECK(realloc_errno_wrong == 0, "a rejected realloc: expected NULL with errno EINVAL, seen %ld otherwise",
-          realloc_errno_wrong);
-    printf("  %ld operations, %ld misuses, %ld errors reported\n", done_ops, misuses, errors);
+    long m = atomic_load(&total_misuses), missed = atomic_load(&total_missed);
+    CHECK(m > 100, "expected over 100 misuses committed, seen %ld", m);
+    CHECK(missed == 0, "expected every misuse reported, seen %ld of %ld not", missed, m);
+    CHECK(atomic_load(&total_false_alarms) == 0, "expected no error on a correct call, seen %ld",
+          atomic_load(&total_false_alarms));
+    CHECK(atomic_load(&total_damaged) == 0, "expected every live block intact, seen %ld damaged",
+          atomic_load(&total_damaged));
+    CHECK(atomic_load(&total_realloc_errno_wrong) == 0,
+          "a rejected realloc: expected NULL with errno EINVAL, seen %ld otherwise", atomic_load(&total_realloc_errno_wrong));
+    printf("  %d threads, %ld operations, %ld misuses, %ld errors reported\n", nthreads, atomic_load(&total_ops), m,
+           atomic_load(&total_errors));
   }
   return sm_test_summary();
 }
@@ -216,16 +249,16 @@ static int child(long ops, uint64_t seed) {
 int main(int argc, char **argv) {
   sm_test_name = "test-misuse-fuzz";
   if (argc < 2) {
-    fprintf(stderr, "usage: test-misuse-fuzz LIBSHARDMALLOC-(SECURE|DEBUG).so [--ops N] [--seed S]\n");
+    fprintf(stderr, "usage: test-misuse-fuzz LIBSHARDMALLOC-(SECURE|DEBUG).so [--ops N] [--seed S] [--threads T]\n");
     return 2;
   }
-  long ops = 200000;
-  uint64_t seed = 1;
   for (int i = 2; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--ops")) ops = atol(argv[i + 1]);
-    else if (!strcmp(argv[i], "--seed")) seed = strtoull(argv[i + 1], NULL, 0);
+    if (!strcmp(argv[i], "--ops")) ops_per_thread = atol(argv[i + 1]);
+    else if (!strcmp(argv[i], "--seed")) base_seed = strtoull(argv[i + 1], NULL, 0);
+    else if (!strcmp(argv[i], "--threads")) nthreads = atoi(argv[i + 1]);
   }
-  if (getenv("SM_MISUSE_FUZZ_CHILD") != NULL) return child(ops, seed);
+  if (nthreads < 1 || nthreads > 64) nthreads = 1;
+  if (getenv("SM_MISUSE_FUZZ_CHILD") != NULL) return child();
   setenv("SM_MISUSE_FUZZ_CHILD", "1", 1);
   setenv("LD_PRELOAD", argv[1], 1);
   execv("/proc/self/exe", argv);
