@@ -507,8 +507,9 @@ static void purge_list_insert(sm_tld_t *tld, sm_page_t *page) {
   else tld->purge_first = page;
 }
 
+#define SM_PURGE_BATCH 64 /* expired pages sorted at a time */
+
 /* Purge what has waited long enough (everything with force). Bounded by what is pending. */
-#define SM_PURGE_BATCH 64
 void smi_segments_purge_expired(sm_tld_t *tld, bool force) {
   uint64_t now = tld_now(tld);
   sm_page_t *batch[SM_PURGE_BATCH], *page;
