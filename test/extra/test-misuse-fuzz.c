@@ -9,6 +9,9 @@
  * a realloc of a freed block (NULL and EINVAL), a free_sized with the wrong size. Every misuse
  * must be reported (at least one error), no correct call may be (no false alarm), and every live
  * block must keep its contents; a block that a rejected free left live is freed correctly later.
+ * It also writes after free (8 bytes into a freed block, its link word or further in): that is
+ * reported, if at all, when the memory is reused (a corrupted list, or in the debug build the
+ * freed fill), and it must never make the allocator hand out memory wrong.
  * With several threads (each its own blocks), the misuses that free a block are left out: another
  * thread could take it meanwhile, and its owner's second free would then be a correct one. */
 #include "sm-test.h"
@@ -33,9 +36,11 @@ typedef struct {
 
 /* per thread (the handler runs in the thread that made the bad call); summed at the end */
 static _Thread_local volatile long errors; /* volatile: the compiler does not see the handler run inside free */
+static _Thread_local volatile long corruption_errors; /* EFAULT: a corrupted list, an overwritten canary */
+static _Thread_local long writes_after_free, late_reports; /* their reports come when the memory is reused */
 static _Thread_local long misuses, misuses_missed, false_alarms, damaged, done_ops, realloc_errno_wrong;
 static atomic_long total_errors, total_misuses, total_missed, total_false_alarms, total_damaged, total_ops,
-    total_realloc_errno_wrong;
+    total_realloc_errno_wrong, total_writes_after_free, total_late_reports;
 static int nthreads = 1; /* with several, no misuse that frees: another thread could take the block */
 static long ops_per_thread = 200000;
 static uint64_t base_seed = 1;
@@ -48,8 +53,9 @@ static uint64_t rnd(uint64_t *s) {
   return *s;
 }
 static void on_error(int err, void *arg) {
-  (void)err, (void)arg;
+  (void)arg;
   errors++;
+  if (err == EFAULT) corruption_errors++;
 }
 static size_t pick_size(uint64_t *s) {
   uint64_t r = rnd(s), v = r >> 8;
@@ -92,9 +98,9 @@ static void block_new(blk_t *b, uint64_t *s) {
   if (b->p != NULL) fill(b);
 }
 
-/* a correct operation: no error may be reported */
+/* a correct operation: no error may be reported, except a late one of a write after free */
 static void correct_op(blk_t *b, uint64_t *s) {
-  long before = errors;
+  long before = errors, corruption_before = corruption_errors;
   if (b->p == NULL) {
     block_new(b, s);
   } else {
@@ -117,16 +123,33 @@ static void correct_op(blk_t *b, uint64_t *s) {
       b->p = NULL;
     }
   }
-  if (errors != before) false_alarms++;
+  if (errors != before) {
+    if (writes_after_free > 0 && errors - before == corruption_errors - corruption_before) late_reports++;
+    else false_alarms++;
+  }
 }
 
 /* one misuse; returns false if none could be made here */
 static bool misuse(blk_t *b, uint64_t *s) {
   long before = errors;
   char local[64];
-  int kind = (int)(rnd(s) % 8);
-  if (nthreads > 1 && (kind == 0 || kind == 1 || kind == 6)) return false;
+  int kind = (int)(rnd(s) % 9);
+  if (nthreads > 1 && (kind == 0 || kind == 1 || kind == 6 || kind == 8)) return false;
   switch (kind) {
+  case 8: { /* a write after free, into the link word or further in: reported (if at all) when the
+             * memory is handed out again; it must never be handed out wrong */
+    if (b->p == NULL || b->leaked || b->size < 16 || b->size > 4096) return false;
+    char *p = b->p;
+    size_t size = b->size;
+    free(p);
+    b->p = NULL;
+    if (!sm_check_owned(p)) return false; /* its memory went back to the OS */
+    size_t at = rnd(s) % 2 ? 0 : 8 + rnd(s) % (size - 8 - 7);
+    uint64_t junk = rnd(s);
+    memcpy(p + at, &junk, 8);
+    writes_after_free++;
+    return false; /* not counted as a misuse that must be reported at once */
+  }
   case 0: /* double free, at once */
     if (b->p == NULL || b->leaked) return false;
     free(b->p);
@@ -206,9 +229,12 @@ static void *worker(void *arg) {
     blk_t *b = &live[i];
     if (b->p == NULL) continue;
     if (!intact(b)) damaged++;
-    long before = errors;
+    long before = errors, corruption_before = corruption_errors;
     free(b->p);
-    if (errors != before) false_alarms++;
+    if (errors != before) {
+      if (writes_after_free > 0 && errors - before == corruption_errors - corruption_before) late_reports++;
+      else false_alarms++;
+    }
   }
   free(live);
   atomic_fetch_add(&total_errors, errors);
@@ -218,6 +244,8 @@ static void *worker(void *arg) {
   atomic_fetch_add(&total_damaged, damaged);
   atomic_fetch_add(&total_ops, done_ops);
   atomic_fetch_add(&total_realloc_errno_wrong, realloc_errno_wrong);
+  atomic_fetch_add(&total_writes_after_free, writes_after_free);
+  atomic_fetch_add(&total_late_reports, late_reports);
   return NULL;
 }
 
@@ -242,6 +270,9 @@ static int child(void) {
           "a rejected realloc: expected NULL with errno EINVAL, seen %ld otherwise", atomic_load(&total_realloc_errno_wrong));
     printf("  %d threads, %ld operations, %ld misuses, %ld errors reported\n", nthreads, atomic_load(&total_ops), m,
            atomic_load(&total_errors));
+    if (nthreads == 1)
+      printf("  and %ld writes after free, %ld of them reported when their memory was reused\n",
+             atomic_load(&total_writes_after_free), atomic_load(&total_late_reports));
   }
   return sm_test_summary();
 }
