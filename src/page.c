@@ -79,15 +79,28 @@ static void page_queue_append(sm_heap_t *heap, sm_page_queue_t *pq, sm_page_t *p
 
 /* ---- delay state ---- */
 
-/* Set the delay state, waiting out a remote thread that is in the middle of a delayed free
- * (FREEING lasts a few instructions); NEVER (abandoned) is kept unless override_never. */
-void smi_page_set_delay(sm_page_t *page, sm_delay_t delay, bool override_never) {
-  uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+/* Wait out a remote thread that is in the middle of a delayed free (FREEING lasts a few
+ * instructions); returns the page's thread_free word, not in FREEING. A page being given back
+ * waits too (smi_page_free_empty): the remote thread writes the delay state once more after its
+ * block is on the heap's delayed list, and the owner may take that block and find the page empty
+ * meanwhile. A thread preempted in between wrote into a segment that another thread had reused (a
+ * huge block's header; found by test-fuzz under ThreadSanitizer). */
+static uintptr_t page_wait_notify(sm_page_t *page) {
   for (unsigned spins = 0;; spins++) {
+    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
+    if (smi_tf_delay(tf) != SM_DELAY_FREEING) return tf;
+    if (spins > 64) sched_yield();
+  }
+}
+
+/* Set the delay state once no remote thread is in FREEING; NEVER (abandoned) is kept unless
+ * override_never. */
+void smi_page_set_delay(sm_page_t *page, sm_delay_t delay, bool override_never) {
+  uintptr_t tf = page_wait_notify(page);
+  for (;;) {
     sm_delay_t old = smi_tf_delay(tf);
     if (old == SM_DELAY_FREEING) {
-      if (spins > 64) sched_yield();
-      tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+      tf = page_wait_notify(page);
       continue;
     }
     if (old == delay || (old == SM_DELAY_NEVER && !override_never)) return;
@@ -488,22 +501,9 @@ void smi_page_unfull(sm_page_t *page) {
 
 /* ---- empty pages ---- */
 
-/* A remote free that tells the heap about a full page (delay FREEING) writes the page's delay
- * state once more after its block is on the heap's delayed list: the owner may take that block
- * and free the page meanwhile, and then the page must still be there for that last write. A
- * thread preempted in between made it write into a segment that another thread had reused (a
- * huge block's header; found by a randomized stress test under ThreadSanitizer). */
-static void page_wait_notify(sm_page_t *page) {
-  for (unsigned spins = 0;; spins++) {
-    uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_acquire);
-    if (smi_tf_delay(tf) != SM_DELAY_FREEING) return;
-    if (spins > 64) sched_yield();
-  }
-}
-
 void smi_page_free_empty(sm_heap_t *heap, sm_page_t *page) {
   sm_assert(page->used == 0);
-  page_wait_notify(page);
+  (void)page_wait_notify(page); /* see there */
   smi_stats_page_discard(page);
   smi_page_queue_remove(heap, page);
   atomic_store_explicit(&page->heap, NULL, memory_order_release);
