@@ -16,11 +16,17 @@
  * Under ThreadSanitizer it found a remote free that wrote into a page after its owner had freed it
  * (page.c, page_wait_notify).
  * With --may-fail (under SHARDMALLOC_MEMORY_LIMIT or ulimit -v) calls may fail, with ENOMEM, and
- * nothing else may go wrong.
- * Options: --threads T --ops N (per thread and round) --rounds R --seed S [--may-fail]. */
+ * nothing else may go wrong. With --fork N a thread now and then forks (about once in 100 N
+ * operations, and once a round at least) while the others are in the middle of their calls; the
+ * child goes on alone with everything it inherited and must neither hang nor find damage
+ * (DROPIN 15).
+ * Options: --threads T --ops N (per thread and round) --rounds R --seed S [--may-fail] [--fork N]. */
 #include "sm-test.h"
 
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -209,121 +215,190 @@ static bool count_block(const sm_heap_t *heap, const sm_heap_area_t *area, void 
   return true;
 }
 
+/* what a thread works with */
+typedef struct {
+  uint64_t s;     /* its random state */
+  blk_t *mine;    /* its private slots */
+  sm_heap_t *heap; /* a heap of its own, now and then */
+} wstate_t;
+
+static void fork_check(wstate_t *w);
+static long fork_every; /* --fork N: about one fork in every 100 N operations */
+
+/* one random operation */
+static void one_op(wstate_t *w) {
+  uint64_t r = rnd(&w->s);
+  int op = (int)(r % 100);
+  if (op < 45) { /* a private slot, maybe in the private heap */
+    blk_t *b = &w->mine[(r >> 8) % PRIVATE_SLOTS];
+    if (b->p == NULL) block_new(b, &w->s, w->heap);
+    else if ((r >> 40) % 3 == 0) block_resize(b, &w->s);
+    else block_free(b, &w->s);
+  } else if (op < 90) { /* a shared slot: take it, change it, put it back */
+    size_t i = (r >> 8) % SLOTS;
+    blk_t *b = atomic_exchange(&shared[i], NULL);
+    if (b == NULL) {
+      if ((b = calloc(1, sizeof *b)) == NULL) {
+        atomic_fetch_add(&failed, 1);
+        return;
+      }
+      sm_heap_t *h = (r >> 50) % 4 == 0 ? atomic_load(&round_heaps[(r >> 52) % nthreads]) : NULL;
+      if (h != NULL) atomic_fetch_add(&in_round_heaps, 1);
+      block_new(b, &w->s, h); /* a heap of any thread of this round: they live until it is over */
+    } else {
+      atomic_fetch_add(&cross, 1);
+      if ((r >> 40) % 3 == 0) block_resize(b, &w->s);
+      else block_free(b, &w->s);
+      if (b->p == NULL) block_new(b, &w->s, NULL);
+    }
+    if (b->p == NULL) { /* allocation failed (reported) */
+      free(b);
+      return;
+    }
+    b = atomic_exchange(&shared[i], b);
+    if (b != NULL) { /* another thread filled the slot meanwhile */
+      block_free(b, &w->s);
+      free(b);
+    }
+  } else if (op < 93) {
+    if (w->heap == NULL) {
+      w->heap = sm_heap_new();
+    } else if ((r >> 20) % 2) { /* destroy: its blocks go with it */
+      for (int j = 0; j < PRIVATE_SLOTS; j++)
+        if (w->mine[j].p != NULL && sm_heap_contains_block(w->heap, w->mine[j].p)) w->mine[j].p = NULL;
+      sm_heap_destroy(w->heap);
+      w->heap = NULL;
+      atomic_fetch_add(&destroyed, 1);
+    } else { /* delete: its blocks stay valid */
+      sm_heap_delete(w->heap);
+      w->heap = NULL;
+    }
+  } else if (op == 93 && w->heap != NULL && (r >> 16) % 4 == 0) { /* the plain API, into this thread's heap */
+    blk_t *b = &w->mine[(r >> 24) % PRIVATE_SLOTS];
+    if (b->p == NULL) {
+      sm_heap_t *previous = sm_heap_set_default(w->heap);
+      if (previous != sm_heap_get_backing()) atomic_fetch_add(&failed, 1);
+      block_new(b, &w->s, NULL);
+      if (b->p != NULL && !sm_heap_contains_block(w->heap, b->p)) report(&heap_lost, "not in the default heap", b);
+      sm_heap_set_default(previous);
+      atomic_fetch_add(&as_default, 1);
+    }
+  } else if (op == 94 && (r >> 16) % 64 == 0) {
+    sm_collect((r >> 30) & 1);
+  } else if (op == 95 && (r >> 16) % 16 == 0) { /* introspection and options while others allocate */
+    switch ((r >> 24) % 6) {
+    case 0: {
+      char *json = sm_stats_get_json(0, NULL);
+      if (json == NULL || json[0] != '{') atomic_fetch_add(&failed, 1);
+      sm_free(json);
+      break;
+    }
+    case 1: sm_stats_merge(); break;
+    case 2: sm_thread_stats_print_out(discard_output, NULL); break;
+    case 3: {
+      size_t rss = 0, commit = 0;
+      sm_process_info(NULL, NULL, NULL, &rss, NULL, &commit, NULL, NULL);
+      if (rss == 0) atomic_fetch_add(&failed, 1);
+      break;
+    }
+    case 4:
+      if (w->heap != NULL) {
+        long live = 0;
+        sm_heap_visit_blocks(w->heap, true, count_block, &live);
+      }
+      break;
+    default: { /* purge at once, after the default delay, or never: the paths change under the others */
+      static const long delays[] = {0, 10, 100, -1};
+      sm_option_set(sm_option_purge_delay, delays[(r >> 32) % 4]);
+      sm_option_set(sm_option_purge_decommits, (long)((r >> 36) & 1));
+    }
+    }
+  } else if (op == 96) {
+    sm_free(NULL);
+    if (sm_usable_size(NULL) != 0) atomic_fetch_add(&failed, 1);
+  } else if (op == 97 && fork_every > 0 && (r >> 16) % (uint64_t)fork_every == 0) {
+    fork_check(w);
+  } else if ((r >> 16) % 256 == 0) { /* now and then, everything private goes */
+    for (int j = 0; j < PRIVATE_SLOTS; j++)
+      if (w->mine[j].p != NULL) block_free(&w->mine[j], &w->s);
+  }
+}
+
+static atomic_long forks, fork_failures;
+static _Thread_local bool in_child;
+
+static long problems(void) {
+  return atomic_load(&damaged) + atomic_load(&misaligned) + atomic_load(&short_usable) + atomic_load(&not_zero) +
+         atomic_load(&failed) + atomic_load(&wrong_errno) + atomic_load(&heap_lost);
+}
+
+/* fork while the other threads are in the middle of their calls: the child (this thread alone)
+ * goes on with what it inherited (its private slots, the shared table with the other threads'
+ * blocks, every heap), then frees all of it. It must not hang, and find nothing wrong. */
+static void fork_check(wstate_t *w) {
+  if (in_child) return;
+  pid_t pid = fork();
+  if (pid < 0) {
+    atomic_fetch_add(&fork_failures, 1);
+    return;
+  }
+  if (pid == 0) {
+    in_child = true;
+    alarm(60); /* a hang ends the child with SIGALRM */
+    long before = problems();
+    for (int n = 0; n < 3000; n++) one_op(w);
+    for (int j = 0; j < PRIVATE_SLOTS; j++)
+      if (w->mine[j].p != NULL) block_free(&w->mine[j], &w->s);
+    for (int i = 0; i < SLOTS; i++) {
+      blk_t *b = atomic_exchange(&shared[i], NULL);
+      if (b != NULL) {
+        block_free(b, &w->s);
+        free(b);
+      }
+    }
+    sm_collect(true);
+    _exit(problems() == before ? 0 : 3);
+  }
+  int status = 0;
+  for (int waited_ms = 0; waitpid(pid, &status, WNOHANG) != pid; waited_ms += 10) {
+    if (waited_ms > 120000) { /* the child's own alarm did not end it */
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    usleep(10000);
+  }
+  atomic_fetch_add(&forks, 1);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    atomic_fetch_add(&fork_failures, 1);
+    fprintf(stderr, "  fork child %s %d\n", WIFEXITED(status) ? "exited with" : "killed by signal",
+            WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  }
+}
+
 static void *worker(void *arg) {
   uint64_t s = (base_seed * 0x9E3779B97F4A7C15ull) ^ ((uintptr_t)arg * 0xBF58476D1CE4E5B9ull) ^ 1;
   atomic_store(&round_heaps[(uintptr_t)arg % 64], sm_heap_new());
   pthread_barrier_wait(&round_start);
-  blk_t *mine = calloc(PRIVATE_SLOTS, sizeof(blk_t));
-  if (mine == NULL) { /* only under a memory limit (SHARDMALLOC_MEMORY_LIMIT) */
+  wstate_t w = {s, calloc(PRIVATE_SLOTS, sizeof(blk_t)), NULL};
+  if (w.mine == NULL) { /* only under a memory limit (SHARDMALLOC_MEMORY_LIMIT) */
     atomic_fetch_add(&failed, 1);
     return NULL;
   }
-  sm_heap_t *heap = NULL; /* a heap of this thread's own, now and then */
   for (long n = 0; n < ops_per_thread; n++) {
-    uint64_t r = rnd(&s);
-    int op = (int)(r % 100);
-    if (op < 45) { /* a private slot, maybe in the private heap */
-      blk_t *b = &mine[(r >> 8) % PRIVATE_SLOTS];
-      if (b->p == NULL) block_new(b, &s, heap);
-      else if ((r >> 40) % 3 == 0) block_resize(b, &s);
-      else block_free(b, &s);
-    } else if (op < 90) { /* a shared slot: take it, change it, put it back */
-      size_t i = (r >> 8) % SLOTS;
-      blk_t *b = atomic_exchange(&shared[i], NULL);
-      if (b == NULL) {
-        if ((b = calloc(1, sizeof *b)) == NULL) {
-          atomic_fetch_add(&failed, 1);
-          continue;
-        }
-        sm_heap_t *h = (r >> 50) % 4 == 0 ? atomic_load(&round_heaps[(r >> 52) % nthreads]) : NULL;
-        if (h != NULL) atomic_fetch_add(&in_round_heaps, 1);
-        block_new(b, &s, h); /* a heap of any thread of this round: they live until it is over */
-      } else {
-        atomic_fetch_add(&cross, 1);
-        if ((r >> 40) % 3 == 0) block_resize(b, &s);
-        else block_free(b, &s);
-        if (b->p == NULL) block_new(b, &s, NULL);
-      }
-      if (b->p == NULL) { /* allocation failed (reported) */
-        free(b);
-        continue;
-      }
-      b = atomic_exchange(&shared[i], b);
-      if (b != NULL) { /* another thread filled the slot meanwhile */
-        block_free(b, &s);
-        free(b);
-      }
-    } else if (op < 93) {
-      if (heap == NULL) {
-        heap = sm_heap_new();
-      } else if ((r >> 20) % 2) { /* destroy: its blocks go with it */
-        for (int j = 0; j < PRIVATE_SLOTS; j++)
-          if (mine[j].p != NULL && sm_heap_contains_block(heap, mine[j].p)) mine[j].p = NULL;
-        sm_heap_destroy(heap);
-        heap = NULL;
-        atomic_fetch_add(&destroyed, 1);
-      } else { /* delete: its blocks stay valid */
-        sm_heap_delete(heap);
-        heap = NULL;
-      }
-    } else if (op == 93 && heap != NULL && (r >> 16) % 4 == 0) { /* the plain API, into this thread's heap */
-      blk_t *b = &mine[(r >> 24) % PRIVATE_SLOTS];
-      if (b->p == NULL) {
-        sm_heap_t *previous = sm_heap_set_default(heap);
-        if (previous != sm_heap_get_backing()) atomic_fetch_add(&failed, 1);
-        block_new(b, &s, NULL);
-        if (b->p != NULL && !sm_heap_contains_block(heap, b->p)) report(&heap_lost, "not in the default heap", b);
-        sm_heap_set_default(previous);
-        atomic_fetch_add(&as_default, 1);
-      }
-    } else if (op == 94 && (r >> 16) % 64 == 0) {
-      sm_collect((r >> 30) & 1);
-    } else if (op == 95 && (r >> 16) % 16 == 0) { /* introspection and options while others allocate */
-      switch ((r >> 24) % 6) {
-      case 0: {
-        char *json = sm_stats_get_json(0, NULL);
-        if (json == NULL || json[0] != '{') atomic_fetch_add(&failed, 1);
-        sm_free(json);
-        break;
-      }
-      case 1: sm_stats_merge(); break;
-      case 2: sm_thread_stats_print_out(discard_output, NULL); break;
-      case 3: {
-        size_t rss = 0, commit = 0;
-        sm_process_info(NULL, NULL, NULL, &rss, NULL, &commit, NULL, NULL);
-        if (rss == 0) atomic_fetch_add(&failed, 1);
-        break;
-      }
-      case 4:
-        if (heap != NULL) {
-          long live = 0;
-          sm_heap_visit_blocks(heap, true, count_block, &live);
-        }
-        break;
-      default: { /* purge at once, after the default delay, or never: the paths change under the others */
-        static const long delays[] = {0, 10, 100, -1};
-        sm_option_set(sm_option_purge_delay, delays[(r >> 32) % 4]);
-        sm_option_set(sm_option_purge_decommits, (long)((r >> 36) & 1));
-      }
-      }
-    } else if (op == 96) {
-      sm_free(NULL);
-      if (sm_usable_size(NULL) != 0) atomic_fetch_add(&failed, 1);
-    } else if ((r >> 16) % 256 == 0) { /* now and then, everything private goes */
-      for (int j = 0; j < PRIVATE_SLOTS; j++)
-        if (mine[j].p != NULL) block_free(&mine[j], &s);
-    }
+    if (fork_every > 0 && n == ops_per_thread / 2 && (uintptr_t)arg % 64 == 0) fork_check(&w); /* at least one a round */
+    one_op(&w);
   }
-  if (heap != NULL) { /* a heap that is deleted keeps its blocks: they must all still be intact */
+  if (w.heap != NULL) { /* a heap that is deleted keeps its blocks: they must all still be intact */
     for (int j = 0; j < PRIVATE_SLOTS; j++)
-      if (mine[j].p != NULL && !sm_heap_contains_block(sm_heap_get_backing(), mine[j].p) &&
-          !sm_heap_contains_block(heap, mine[j].p))
-        report(&heap_lost, "a block of a live heap is in neither heap", &mine[j]);
-    sm_heap_delete(heap);
+      if (w.mine[j].p != NULL && !sm_heap_contains_block(sm_heap_get_backing(), w.mine[j].p) &&
+          !sm_heap_contains_block(w.heap, w.mine[j].p))
+        report(&heap_lost, "a block of a live heap is in neither heap", &w.mine[j]);
+    sm_heap_delete(w.heap);
   }
   for (int j = 0; j < PRIVATE_SLOTS; j++)
-    if (mine[j].p != NULL) block_free(&mine[j], &s);
-  free(mine);
+    if (w.mine[j].p != NULL) block_free(&w.mine[j], &w.s);
+  free(w.mine);
   atomic_fetch_add(&ops_done, ops_per_thread);
   return NULL;
 }
@@ -335,6 +410,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--ops")) ops_per_thread = atol(argv[i + 1]);
     else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--seed")) base_seed = strtoull(argv[i + 1], NULL, 0);
+    else if (!strcmp(argv[i], "--fork")) fork_every = atol(argv[i + 1]);
   }
   for (int i = 1; i < argc; i++) may_fail |= !strcmp(argv[i], "--may-fail");
   if (nthreads < 1 || nthreads > 64) nthreads = 4;
@@ -367,6 +443,11 @@ int main(int argc, char **argv) {
     if (!may_fail) CHECK(atomic_load(&failed) == 0, "expected no call to fail, seen %ld", atomic_load(&failed));
     CHECK(atomic_load(&wrong_errno) == 0, "expected failures to set ENOMEM, seen %ld otherwise", atomic_load(&wrong_errno));
     CHECK(atomic_load(&heap_lost) == 0, "expected heap blocks found, seen %ld lost", atomic_load(&heap_lost));
+    if (fork_every > 0) {
+      CHECK(atomic_load(&forks) > 0, "expected forks, seen none");
+      CHECK(atomic_load(&fork_failures) == 0, "expected every fork child to end well, seen %ld not", atomic_load(&fork_failures));
+      printf("  %ld forks, each child going on alone\n", atomic_load(&forks));
+    }
     if (may_fail) printf("  %ld calls failed with ENOMEM (allowed: --may-fail)\n", atomic_load(&failed));
     printf("  %d rounds of %d threads, %ld operations (%ld on blocks of other threads), %ld heaps destroyed,\n"
            "  %ld blocks from the round's shared heaps, %ld through a thread's heap made its default\n",
