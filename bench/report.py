@@ -387,6 +387,19 @@ def write_memtime_csv(runs, path):
     return n
 
 
+def write_memtime_csv_plotted(src, dst, memtime):
+    """The samples of the runs the chart shows (one per allocator and workload: the run with the
+    median mean RSS), for the published copy: every run's samples (over 1 MiB) stay in the run's
+    own directory."""
+    keep = {(w, a, str(e["plot_rep"])) for w, m in memtime.items() for a, e in m["per"].items()}
+    with open(src, newline="") as fi, open(dst, "w", newline="") as fo:
+        rd, wr = csv.reader(fi), csv.writer(fo)
+        wr.writerow(next(rd))
+        for row in rd:
+            if (row[0], row[1], row[2]) in keep:
+                wr.writerow(row)
+
+
 def fmt_t50(t):
     if t is None:
         return "never"
@@ -652,8 +665,9 @@ def memtime_section(data, charts, prefix, reading=""):
     if not body:
         return ""
     return "\n\n".join([MT_BEGIN, "## Memory over time", body,
-                         "Per-sample data: [memtime.csv](%smemtime.csv); phases and per-run numbers: "
-                         "[memtime.json](%smemtime.json)." % (prefix, prefix),
+                         "Per-sample data of the runs the chart shows: [memtime.csv](%smemtime.csv) (every "
+                         "run's samples are in its own `bench/results/<timestamp>/memtime.csv`); phases and "
+                         "per-run numbers: [memtime.json](%smemtime.json)." % (prefix, prefix),
                          MT_READING, reading.strip() or "_No reading written for this run yet._", MT_END])
 
 
