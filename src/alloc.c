@@ -311,7 +311,12 @@ static void *malloc_aligned_raw(sm_heap_t *heap, size_t size, size_t alignment, 
     size_t last = s + alignment - 1 <= SM_LARGE_OBJ_MAX ? smi_bin_of(s + alignment - 1) : SM_BIN_COUNT - 1;
     for (size_t bin = smi_bin_of(s); bin <= last; bin++) {
       size_t block = smi_bin_size(bin);
-      if (block % alignment == 0) return zero ? heap_malloc_zero(heap, block) : smi_heap_malloc(heap, block);
+      if (block % alignment != 0) continue;
+      /* only the class's own blocks: one that borrows (page.c: page_borrow), or would when its page
+       * is dry, hands out the next class's, which are not aligned alike */
+      const sm_page_t *page = block <= SM_DIRECT_MAX ? heap->pages_direct[block / 8] : NULL;
+      if (page != NULL && (page->block_size != block || page->free == NULL)) return smi_malloc_exact(heap, block, zero);
+      return zero ? heap_malloc_zero(heap, block) : smi_heap_malloc(heap, block);
     }
   }
   /* Otherwise: pad, and hand out an aligned pointer inside the block. Only small and medium

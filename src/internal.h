@@ -247,6 +247,7 @@ void smi_abandoned_lock_release(void);
 
 /* ---- page.c ---- */
 void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero);
+void *smi_malloc_exact(sm_heap_t *heap, size_t size, bool zero);
 void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t area);
 #if SM_SECURE
 void smi_page_shuffle_init(uint64_t seed); /* process start: the orders new blocks are handed out in */

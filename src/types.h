@@ -135,6 +135,7 @@ typedef struct sm_page_s {
   uint8_t mem_is_zero;  /* the page's memory is known zero (fresh or purged) */
   uint8_t purge_pending;
   uint8_t span_slots;   /* large segments: slots the page covers (in use, or waiting to be purged) */
+  uint8_t free_is_remote; /* release build: `free` is a list other threads freed (page_borrow) */
   struct sm_page_s *next, *prev; /* in a heap page queue, or in the tld purge list when unused */
   uint64_t purge_at;    /* unused page: ms at which it is purged; retired page: slow call at which it goes */
   /* the read-mostly line: written by the owner only when the page changes shape */

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include "shardmalloc.h"
@@ -40,6 +41,59 @@ static void check_block(void *p, size_t n, size_t align, const char *how) {
   CHECK(u >= n, "%s: sm_usable_size of a %zu-byte block: expected >= %zu, seen %zu", how, n, n, u);
   CHECK_OWNED(p);
   memset(p, 0xC3, u);
+}
+
+/* ---- borrowing (page.c: page_borrow) ---- */
+typedef struct {
+  void **blocks;
+  size_t count;
+} free_job_t;
+static void *free_all(void *arg) {
+  free_job_t *job = arg;
+  for (size_t i = 0; i < job->count; i++) sm_free(job->blocks[i]);
+  return NULL;
+}
+
+/* A producer/consumer round, over and over: this thread allocates blocks of the next class up
+ * from `small` and another thread frees them, while this thread's blocks of `small` stay live.
+ * The small class then borrows the next class's freed blocks (release build). With `aligned`,
+ * after each small block, an aligned request that only the small class's own blocks satisfy must
+ * still be aligned. Returns how many small blocks came from the bigger class. */
+static size_t borrow_rounds(size_t small, bool aligned) {
+  enum { ROUNDS = 40, PER_ROUND = 64 };
+  size_t big = sm_good_size(small) + 1, small_class = sm_good_size(small), big_class = sm_good_size(big);
+  size_t align = small_class & (0 - small_class); /* the largest power of two dividing it */
+  static void *live[ROUNDS * PER_ROUND];
+  void *passed[PER_ROUND];
+  size_t nlive = 0, borrowed = 0;
+  for (int r = 0; r < ROUNDS; r++) {
+    for (int i = 0; i < PER_ROUND; i++) {
+      passed[i] = sm_malloc(big);
+      CHECK_NONNULL(passed[i]);
+    }
+    free_job_t job = {passed, PER_ROUND};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, free_all, &job), 0);
+    pthread_join(t, NULL);
+    for (int i = 0; i < PER_ROUND; i++) {
+      char *p = sm_malloc(small);
+      CHECK_NONNULL(p);
+      if (p == NULL) continue;
+      size_t u = sm_usable_size(p);
+      CHECK(u >= small, "sm_usable_size(sm_malloc(%zu)): expected >= %zu, seen %zu", small, small, u);
+      memset(p, 0x5A, u);
+      if (u >= big_class) borrowed++;
+      live[nlive++] = p;
+      if (!aligned) continue;
+      void *q = sm_malloc_aligned(small_class, align);
+      CHECK(q != NULL && ((uintptr_t)q & (align - 1)) == 0,
+            "sm_malloc_aligned(%zu, %zu) while the class may borrow: expected an aligned block, seen %p", small_class,
+            align, q);
+      sm_free(q);
+    }
+  }
+  for (size_t i = 0; i < nlive; i++) sm_free(live[i]);
+  return borrowed;
 }
 
 int main(void) {
@@ -465,6 +519,20 @@ int main(void) {
     CHECK(after < before + 64 * MiB, "expected RSS to grow by less than 64 MiB, seen %zu -> %zu MiB", before / MiB, after / MiB);
     if (p) CHECK(p[0] == 0 && p[((size_t)1 << 30) - 1] == 0 && p[(size_t)1 << 29] == 0, "expected zeros");
     sm_free(p);
+  }
+
+  SECTION("borrowing: aligned requests keep their alignment while a class borrows the next one's blocks") {
+    for (size_t small = 72; small <= 1000; small += small / 3) borrow_rounds(small, true);
+  }
+  SECTION("borrowing: a class takes the next class's blocks that other threads freed (release build)") {
+    /* the checked builds pad blocks (secure: a class up for 1024 bytes) or report the requested
+     * size (debug), and keep every block in its own class */
+    void *probe = sm_malloc(17), *probe_class = sm_malloc(1024);
+    bool checked = sm_usable_size(probe) == 17 || sm_usable_size(probe_class) != 1024;
+    sm_free(probe);
+    sm_free(probe_class);
+    size_t borrowed = borrow_rounds(150, false);
+    if (!checked) CHECK(borrowed > 0, "blocks of sm_malloc(150) from the next class: expected some, seen %zu", borrowed);
   }
 
 #if SM_TEST_OVERRIDE
