@@ -292,6 +292,8 @@ bool smi_purger_running(void);
 void smi_purger_fork_prepare(void);
 void smi_purger_fork_parent(void);
 void smi_purger_fork_child(void);
+extern _Atomic(bool) smi_fork_orphans; /* a fork child with heaps of threads the fork left behind */
+void smi_purger_note_orphan_free(void);
 /* the allocator's few locks are flags held for a handful of instructions (or one bounded
  * collection): spin a little, then yield */
 void smi_spin_lock_slow(_Atomic(bool) *lock);

@@ -77,18 +77,19 @@ void smi_purger_want(void) {
  * inherit a heap locked (and half-collected) by a thread it does not have. The prepare handler
  * waits out a tick in progress; a tick is bounded and waits for nothing, so this cannot deadlock
  * (unlike taking allocator locks in a prepare handler). */
-static _Atomic(bool) fork_pending, purger_busy;
+static _Atomic(bool) fork_pending;
+static _Atomic(int) purger_busy; /* ticks in progress: the purger's, or a fork child's own (below) */
 
 void smi_purger_fork_prepare(void) {
   atomic_store(&fork_pending, true);
-  while (atomic_load(&purger_busy)) sched_yield();
+  while (atomic_load(&purger_busy) != 0) sched_yield();
 }
 void smi_purger_fork_parent(void) { atomic_store(&fork_pending, false); }
 bool smi_purger_running(void) { return atomic_load_explicit(&purger_state, memory_order_relaxed) == PURGER_RUNNING; }
 
 void smi_purger_fork_child(void) { /* it did not survive fork */
   atomic_store(&fork_pending, false);
-  atomic_store(&purger_busy, false);
+  atomic_store(&purger_busy, 0);
   atomic_store(&purger_state, PURGER_OFF);
   pthread_mutex_t fresh_mutex = PTHREAD_MUTEX_INITIALIZER;
   pthread_cond_t fresh_cond = PTHREAD_COND_INITIALIZER;
@@ -97,6 +98,36 @@ void smi_purger_fork_child(void) { /* it did not survive fork */
   purger_stop = false;
   purger_linger_until = 0;
   atomic_store(&purger_barrier_state, 0); /* the child is a new process to the kernel: register again */
+  for (sm_heap_t *heap = atomic_load(&heaps_all); heap != NULL; heap = heap->all_next) {
+    if (heap->kind != SM_HEAP_THREAD || heap->thread_id <= 1 || heap->tld == NULL || heap == smi_tls_backing) continue;
+    heap->fork_orphan = true;
+    atomic_store(&smi_fork_orphans, true);
+  }
+}
+
+/* ---- a fork child's orphans: the heaps of the threads that did not survive the fork ----
+ * Nothing ends those threads, so nothing abandons their segments, and the child cannot adopt the
+ * heaps (design.md, fork). Blocks it frees there are remote frees that only the purger collects,
+ * and a single-threaded child has no purger: it keeps all that memory for good. So such a child,
+ * while no purger runs, does the purger's collection of its orphans itself every 1024 remote
+ * frees: the pages those frees emptied go back (an orphan's bins keep their first pages, as the
+ * purger leaves them). Nobody will take an orphan's unused pages again, so they are purged at once. */
+_Atomic(bool) smi_fork_orphans;
+
+void smi_purger_note_orphan_free(void) {
+  static _Atomic(size_t) frees;
+  if ((atomic_fetch_add_explicit(&frees, 1, memory_order_relaxed) & 1023) != 1023 || smi_purger_running()) return;
+  atomic_fetch_add(&purger_busy, 1); /* a fork in another thread waits this out */
+  if (!atomic_load(&fork_pending)) {
+    for (sm_heap_t *heap = atomic_load_explicit(&heaps_all, memory_order_acquire); heap != NULL; heap = heap->all_next) {
+      if (!heap->fork_orphan || !smi_heap_trylock(heap)) continue; /* held at the fork: left as it is */
+      smi_heap_collect_idle(heap);
+      smi_segments_purge_expired(heap->tld, true);
+      smi_heap_unlock(heap);
+    }
+    smi_segment_cache_sweep_due();
+  }
+  atomic_fetch_sub(&purger_busy, 1);
 }
 
 static void purger_tick(void) {
@@ -129,9 +160,9 @@ static bool purger_linger_over(void) {
   purger_linger_until = 0;
   if (smi_threads_live() >= 2) return false;
   pthread_mutex_unlock(&purger_mutex);
-  atomic_store(&purger_busy, true);
+  atomic_fetch_add(&purger_busy, 1);
   if (!atomic_load(&fork_pending)) purger_last_pass();
-  atomic_store(&purger_busy, false);
+  atomic_fetch_sub(&purger_busy, 1);
   int state = PURGER_RUNNING;
   pthread_mutex_lock(&purger_mutex);
   if (!atomic_compare_exchange_strong(&purger_state, &state, PURGER_OFF)) return false; /* being stopped: joined */
@@ -154,9 +185,9 @@ static void *purger_main(void *arg) {
     pthread_cond_timedwait(&purger_wake, &purger_mutex, &until);
     if (purger_stop) break;
     pthread_mutex_unlock(&purger_mutex);
-    atomic_store(&purger_busy, true);
+    atomic_fetch_add(&purger_busy, 1);
     if (!atomic_load(&fork_pending)) purger_tick();
-    atomic_store(&purger_busy, false);
+    atomic_fetch_sub(&purger_busy, 1);
     pthread_mutex_lock(&purger_mutex);
     if (purger_linger_over()) {
       pthread_mutex_unlock(&purger_mutex);

@@ -232,6 +232,7 @@ typedef struct sm_heap_s {
   struct sm_heap_s *user_next, *user_prev; /* user heaps: list of all of them (init.c) */
   struct sm_segment_s *huge_first; /* user heaps: their huge blocks (linked by segment next/prev) */
   bool full_have_free;        /* the purger left free blocks in full pages: owner, have a look */
+  bool fork_orphan;           /* a fork child's heap of a thread that did not survive the fork (purge.c) */
   uint32_t quick_refills;     /* refills that skipped the slow path (page.c, page_refill_quick) */
   int64_t stat_delta[8];      /* block statistics not yet added to the process totals (stats.c) */
   /* From here on: fields the purger reads without the lock, kept when a heap is reused.

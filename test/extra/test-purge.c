@@ -45,6 +45,10 @@
  *                  (mremap), again without faults for what it held, and calloc clears it; a block
  *                  that realloc grows by remapping (in place or moved) gets a resident cached
  *                  mapping's pages for its new part, and sm_rezalloc clears them;
+ *   fork-orphans   a thread allocates 64 MiB of 64-byte blocks and sleeps; the main thread forks,
+ *                  and the child (single-threaded: no purger) frees them all: the child's RSS
+ *                  falls by more than 48 MiB (the heap of a thread the fork left behind is
+ *                  collected by the child itself);
  *   idle-race      an owner that sleeps for 0-250 ms while another thread frees most of its blocks
  *                  and then wakes up and allocates, 40 times: the purger takes its emptied pages
  *                  in between (or while it wakes), and no block it kept loses its contents.
@@ -1179,10 +1183,66 @@ static void case_rounds(void) {
   }
 }
 
+/* ---------------------------------------------------------------- fork-orphans */
+enum { ORPHAN_BLOCK = 64, ORPHAN_LATE = 8192 };
+#define ORPHAN_TOTAL (64 * MiB)
+#define ORPHAN_COUNT (ORPHAN_TOTAL / ORPHAN_BLOCK)
+static void **orphan_ptrs;
+
+static void *orphan_thread(void *arg) { /* allocates, then stays alive (asleep) until the end */
+  (void)arg;
+  for (size_t i = 0; i < ORPHAN_COUNT; i++) {
+    orphan_ptrs[i] = malloc(ORPHAN_BLOCK);
+    if (orphan_ptrs[i] == NULL) abort();
+    *(uint64_t *)orphan_ptrs[i] = i;
+  }
+  idle_set(1);
+  idle_wait(3);
+  return NULL;
+}
+
+/* the child: frees what the other parent thread allocated, all but the last ORPHAN_LATE blocks,
+ * and those after a pause (a program that goes on freeing); its RSS must fall by most of the 64 MiB.
+ * Exit status 0: it did; 1: it did not; 2: a block had lost its contents. */
+static int orphan_child(void) {
+  size_t before = rss_now(), bad = 0;
+  for (size_t i = 0; i < ORPHAN_COUNT; i++) {
+    if (i == ORPHAN_COUNT - ORPHAN_LATE) sleep_ms(50); /* past the purge delay */
+    if (*(uint64_t *)orphan_ptrs[i] != i) bad++;
+    free(orphan_ptrs[i]);
+  }
+  size_t after = rss_now();
+  printf("      child RSS: %zu MiB after the fork, %zu MiB after freeing the other thread's 64 MiB\n", before / MiB,
+         after / MiB);
+  fflush(stdout);
+  if (bad != 0) return 2;
+  return after + 48 * MiB < before ? 0 : 1;
+}
+
+static void case_fork_orphans(void) {
+  SECTION("fork: a single-threaded child frees 64 MiB of 64 B blocks another parent thread allocated: its RSS falls") {
+    orphan_ptrs = map_array(ORPHAN_COUNT * sizeof(void *));
+    pthread_t t;
+    pthread_create(&t, NULL, orphan_thread, NULL);
+    idle_wait(1);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) _exit(orphan_child());
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid, "fork and wait");
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 2, "the child found every block intact (status %d)", status);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "expected the child's RSS to fall by more than 48 MiB (status %d: 1 = it did not)", status);
+    idle_set(3);
+    pthread_join(t, NULL);
+    munmap(orphan_ptrs, ORPHAN_COUNT * sizeof(void *));
+  }
+}
+
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -1213,6 +1273,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "idle-race")) case_idle_race();
   else if (!strcmp(c, "rounds")) case_rounds();
   else if (!strcmp(c, "cache-rhythm")) case_cache_rhythm();
+  else if (!strcmp(c, "fork-orphans")) case_fork_orphans();
   else {
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
