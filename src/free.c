@@ -272,7 +272,7 @@ void smi_free_generic(sm_segment_t *segment, sm_page_t *page, void *p) {
   } else {
     free_remote(page, block);
     if (owner == 0) smi_segments_note_abandoned_free(); /* its thread has ended */
-    else if (sm_unlikely(atomic_load_explicit(&smi_fork_orphans, memory_order_relaxed))) smi_purger_note_orphan_free();
+    else if (sm_unlikely(atomic_load_explicit(&smi_read_mostly.fork_orphans, memory_order_relaxed))) smi_purger_note_orphan_free();
   }
 }
 

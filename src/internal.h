@@ -49,6 +49,7 @@ extern sm_page_t smi_page_empty;
  * slower (best of 11 runs, three sets). */
 typedef struct smi_read_mostly_s {
   uintptr_t secret; /* the process's random secret (canaries, cookies, link encoding) */
+  _Atomic(bool) fork_orphans; /* a fork child with heaps of threads the fork left behind (purge.c) */
 #if SM_SECURE
   _Atomic(bool) free_options_on; /* zero_on_free or quarantine (options.c) */
   /* what free's fast test computes canaries with: the secret, or while free_options_on the secret
@@ -292,7 +293,6 @@ bool smi_purger_running(void);
 void smi_purger_fork_prepare(void);
 void smi_purger_fork_parent(void);
 void smi_purger_fork_child(void);
-extern _Atomic(bool) smi_fork_orphans; /* a fork child with heaps of threads the fork left behind */
 void smi_purger_note_orphan_free(void);
 /* the allocator's few locks are flags held for a handful of instructions (or one bounded
  * collection): spin a little, then yield */

@@ -101,7 +101,7 @@ void smi_purger_fork_child(void) { /* it did not survive fork */
   for (sm_heap_t *heap = atomic_load(&heaps_all); heap != NULL; heap = heap->all_next) {
     if (heap->kind != SM_HEAP_THREAD || heap->thread_id <= 1 || heap->tld == NULL || heap == smi_tls_backing) continue;
     heap->fork_orphan = true;
-    atomic_store(&smi_fork_orphans, true);
+    atomic_store(&smi_read_mostly.fork_orphans, true);
   }
 }
 
@@ -112,8 +112,6 @@ void smi_purger_fork_child(void) { /* it did not survive fork */
  * while no purger runs, does the purger's collection of its orphans itself every 1024 remote
  * frees: the pages those frees emptied go back (an orphan's bins keep their first pages, as the
  * purger leaves them). Nobody will take an orphan's unused pages again, so they are purged at once. */
-_Atomic(bool) smi_fork_orphans;
-
 void smi_purger_note_orphan_free(void) {
   static _Atomic(size_t) frees;
   if ((atomic_fetch_add_explicit(&frees, 1, memory_order_relaxed) & 1023) != 1023 || smi_purger_running()) return;
