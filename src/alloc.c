@@ -335,11 +335,7 @@ static void *malloc_aligned_raw(sm_heap_t *heap, size_t size, size_t alignment, 
   uint8_t *p;
   if (!pad || padded > SM_MEDIUM_OBJ_MAX) {
     if (sm_unlikely(heap == &smi_heap_empty) && (heap = smi_thread_init()) == NULL) return smi_enomem();
-    /* a heap's list of huge blocks changes under its lock (a locked part's caller holds it) */
-    bool lock = heap->kind != SM_HEAP_THREAD && !heap->locked_access;
-    if (lock) smi_heap_lock(heap);
-    p = smi_huge_alloc(heap, padded, pad ? 0 : alignment, zero);
-    if (lock) smi_heap_unlock(heap);
+    p = smi_huge_alloc(heap, padded, pad ? 0 : alignment, zero); /* lists it under the heap's huge_lock */
   } else {
     p = zero ? heap_malloc_zero(heap, padded) : smi_heap_malloc(heap, padded);
   }

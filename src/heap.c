@@ -273,6 +273,15 @@ void smi_heap_abandon(sm_heap_t *heap) {
       atomic_store_explicit(&page->heap, NULL, memory_order_release);
     }
   }
+  /* its huge blocks stay where they are, on no list (whoever frees them later takes no lock) */
+  smi_spin_lock(&heap->huge_lock);
+  for (sm_segment_t *segment = heap->huge_first, *next; segment != NULL; segment = next) {
+    next = segment->next; /* read first: once it names no heap, another thread may free it */
+    atomic_store_explicit(&segment->pages[0].heap, NULL, memory_order_release);
+  }
+  heap->huge_first = NULL;
+  heap->huge_epoch++;
+  smi_spin_unlock(&heap->huge_lock);
   smi_segments_abandon(heap);
 }
 
@@ -454,12 +463,17 @@ static void heap_part_destroy(sm_heap_t *part) {
   for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) part->pages[bin].first = part->pages[bin].last = NULL;
   part->page_count = 0;
   smi_stats_heap_flush(part);
-  for (sm_segment_t *segment = part->huge_first, *next; segment != NULL; segment = next) {
+  smi_spin_lock(&part->huge_lock); /* its list goes with it: its blocks name no heap from here on */
+  sm_segment_t *huge = part->huge_first;
+  for (sm_segment_t *segment = huge; segment != NULL; segment = segment->next)
+    atomic_store_explicit(&segment->pages[0].heap, NULL, memory_order_release);
+  part->huge_first = NULL;
+  part->huge_epoch++;
+  smi_spin_unlock(&part->huge_lock);
+  for (sm_segment_t *segment = huge, *next; segment != NULL; segment = next) {
     next = segment->next;
-    atomic_store_explicit(&segment->pages[0].heap, NULL, memory_order_relaxed); /* its list goes with it */
     smi_huge_free(segment);
   }
-  part->huge_first = NULL;
   smi_segments_release_empty(part->tld);
   smi_segments_purge_expired(part->tld, true);
 }
@@ -535,12 +549,16 @@ static void heap_part_absorb(sm_heap_t *into, sm_heap_t *part) {
   for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) part->pages[bin].first = part->pages[bin].last = NULL;
   part->page_count = 0;
   smi_segments_absorb(tld, from, into->thread_id);
+  smi_spin_lock(&part->huge_lock);
+  smi_spin_lock(&into->huge_lock);
   for (sm_segment_t *segment = part->huge_first, *next; segment != NULL; segment = next) {
-    next = segment->next; /* a thread's heap does not list its huge blocks: the block names it */
-    segment->huge_thread = into->thread_id;
-    atomic_store_explicit(&segment->pages[0].heap, NULL, memory_order_relaxed);
+    next = segment->next;
+    smi_huge_push(into, segment);
   }
   part->huge_first = NULL;
+  part->huge_epoch++;
+  smi_spin_unlock(&into->huge_lock);
+  smi_spin_unlock(&part->huge_lock);
 }
 
 void sm_heap_delete(sm_heap_t *heap) {
@@ -654,11 +672,7 @@ bool sm_heap_contains_block(sm_heap_t *heap, const void *p) {
   const sm_segment_t *segment = smi_segment_containing(p);
   const sm_page_t *page = smi_segment_page_covering(segment, p);
   if (page == NULL || !page->in_use) return false;
-  if (page_of_heap(heap, page)) return true;
-  /* a huge block of a thread's own heap is on no list: the segment names the thread (a heap
-   * reused by a later thread has another id) */
-  return segment->kind == SM_SEGMENT_HUGE && heap->kind == SM_HEAP_THREAD && smi_page_heap(page) == NULL &&
-         segment->huge_thread != 0 && segment->huge_thread == __atomic_load_n(&heap->thread_id, __ATOMIC_RELAXED);
+  return page_of_heap(heap, page);
 }
 
 bool sm_heap_check_owned(sm_heap_t *heap, const void *p) { return sm_heap_contains_block(heap, p); }
@@ -680,7 +694,7 @@ static bool block_freed(const sm_page_t *page, const uint8_t *block) {
 #endif
 }
 
-static bool visit_area(const sm_heap_t *heap, sm_page_t *page, bool all, sm_block_visit_fun *visitor, void *arg) {
+static sm_heap_area_t area_of(const sm_page_t *page) {
   size_t bsize = page->block_size;
   sm_heap_area_t area = {
       .blocks = smi_page_start(page),
@@ -690,6 +704,12 @@ static bool visit_area(const sm_heap_t *heap, sm_page_t *page, bool all, sm_bloc
       .block_size = bsize - SM_PADDING, /* padded builds keep SM_PADDING bytes of every block */
       .full_block_size = bsize,
   };
+  return area;
+}
+
+static bool visit_area(const sm_heap_t *heap, sm_page_t *page, bool all, sm_block_visit_fun *visitor, void *arg) {
+  size_t bsize = page->block_size;
+  sm_heap_area_t area = area_of(page);
   if (!visitor(heap, &area, NULL, area.block_size, arg)) return false;
   if (!all || page->used == 0) return true;
   if (page->capacity == 1) return block_freed(page, area.blocks) || visitor(heap, &area, area.blocks, area.block_size, arg);
@@ -724,14 +744,38 @@ static bool heap_part_visit(const sm_heap_t *heap, sm_heap_t *part, bool all, sm
     if (locked) smi_page_collect_remote(page);
     if (go) go = visit_area(heap, page, all, visitor, arg);
   }
-  for (sm_segment_t *segment = part->huge_first; go && segment != NULL; segment = segment->next)
-    go = visit_area(heap, &segment->pages[0], all, visitor, arg);
   if (locked) smi_heap_unlock(part);
+  /* Huge blocks: any thread may free one meanwhile, and unmap it. So a batch of them at a time is
+   * read under huge_lock (while listed, a block is mapped) and visited after, with no lock held.
+   * A heap seldom has more than a batch; past one, blocks freed or made meanwhile shift the list,
+   * and the next batch may then miss or repeat one. */
+  enum { HUGE_BATCH = 32 };
+  sm_heap_area_t areas[HUGE_BATCH];
+  bool live[HUGE_BATCH];
+  for (size_t skip = 0; go;) {
+    size_t n = 0, index = 0;
+    smi_spin_lock(&part->huge_lock);
+    sm_segment_t *segment = part->huge_first;
+    for (; segment != NULL && n < HUGE_BATCH; segment = segment->next, index++) {
+      if (index < skip) continue;
+      areas[n] = area_of(&segment->pages[0]);
+      live[n] = !block_freed(&segment->pages[0], areas[n].blocks);
+      n++;
+    }
+    bool more = segment != NULL;
+    smi_spin_unlock(&part->huge_lock);
+    for (size_t i = 0; i < n && go; i++) {
+      go = visitor(heap, &areas[i], NULL, areas[i].block_size, arg);
+      if (go && all && live[i]) go = visitor(heap, &areas[i], areas[i].blocks, areas[i].block_size, arg);
+    }
+    if (!more) break;
+    skip += n;
+  }
   return go;
 }
 
 bool sm_heap_visit_blocks(const sm_heap_t *heap, bool visit_all_blocks, sm_block_visit_fun *visitor, void *arg) {
-  if (heap == NULL || visitor == NULL) return false;
+  if (heap == NULL || visitor == NULL || heap->fork_orphan) return false; /* orphans: purge.c */
   sm_heap_t *h = (sm_heap_t *)heap;
   if (!heap_part_visit(heap, h, visit_all_blocks, visitor, arg)) return false;
   sm_heap_t *shared = __atomic_load_n(&h->shared, __ATOMIC_ACQUIRE);

@@ -946,6 +946,8 @@ void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld) {
 
 /* ---- huge blocks: one mapping each, owned by no thread, freed by whoever frees the block ---- */
 
+static void huge_link(sm_heap_t *heap, sm_segment_t *segment);
+
 void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) {
   if (size > SM_MAX_ALLOC_SIZE) return smi_enomem();
   size_t header = SM_HUGE_HEADER_SIZE, offset, align;
@@ -998,16 +1000,46 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
   /* all of it (rezalloc relies on that), but not the pages the OS cleared */
   if (zero && !mem_zero && dirty > offset) memset(smi_page_start(page), 0, dirty - offset < page->block_size ? dirty - offset : page->block_size);
   (void)size;
-  if (heap->kind != SM_HEAP_THREAD) { /* heaps made by sm_heap_new know their huge blocks (destroy, visit) */
-    atomic_store_explicit(&page->heap, heap, memory_order_relaxed);
-    segment->prev = NULL;
-    segment->next = heap->huge_first;
-    if (heap->huge_first != NULL) heap->huge_first->prev = segment;
-    heap->huge_first = segment;
-  } else { /* a thread's heap does not list them (any thread frees them without its lock) */
-    segment->huge_thread = heap->thread_id;
-  }
+  huge_link(heap, segment);
   return smi_page_start(page);
+}
+
+/* Every heap lists its huge blocks (visits, sm_heap_destroy, sm_heap_delete) under its huge_lock. */
+void smi_huge_push(sm_heap_t *heap, sm_segment_t *segment) { /* huge_lock held */
+  atomic_store_explicit(&segment->pages[0].heap, heap, memory_order_release);
+  segment->prev = NULL;
+  segment->next = heap->huge_first;
+  if (heap->huge_first != NULL) heap->huge_first->prev = segment;
+  heap->huge_first = segment;
+}
+
+static void huge_link(sm_heap_t *heap, sm_segment_t *segment) {
+  smi_spin_lock(&heap->huge_lock);
+  smi_huge_push(heap, segment);
+  smi_spin_unlock(&heap->huge_lock);
+}
+
+/* Off its heap's list, by whichever thread frees or moves it. The heap read before the lock may
+ * have let the block go meanwhile (thread exit, sm_heap_delete) and even be another heap now
+ * (heaps are reused, never unmapped; huge_lock survives that): only the one the block names
+ * under the lock is its heap. Returns that heap and, in *epoch, its list's epoch then (NULL: on
+ * no list). */
+static sm_heap_t *huge_unlink(sm_segment_t *segment, uint32_t *epoch) {
+  sm_page_t *page = &segment->pages[0];
+  for (sm_heap_t *heap; (heap = smi_page_heap(page)) != NULL;) {
+    smi_spin_lock(&heap->huge_lock);
+    bool still = smi_page_heap(page) == heap;
+    if (still) {
+      if (segment->prev != NULL) segment->prev->next = segment->next;
+      else heap->huge_first = segment->next;
+      if (segment->next != NULL) segment->next->prev = segment->prev;
+      atomic_store_explicit(&page->heap, NULL, memory_order_release);
+      *epoch = heap->huge_epoch;
+    }
+    smi_spin_unlock(&heap->huge_lock);
+    if (still) return heap;
+  }
+  return NULL;
 }
 
 #if SM_SECURE
@@ -1030,13 +1062,27 @@ static sm_segment_t *huge_move_guarded(sm_segment_t *segment, size_t offset, siz
 }
 #endif
 
+static void *huge_remap_unlinked(sm_segment_t *segment, size_t newsize);
+
 /* Grow a huge block without copying it: into the resident cached mapping right after it, or by
  * moving its pages (mremap). Only plain huge segments. Returns the block's new address, or NULL
  * (block untouched). */
 void *smi_huge_remap(sm_segment_t *segment, size_t newsize) {
-  if (segment->kind != SM_SEGMENT_HUGE || (uint8_t *)segment != segment->map_start ||
-      smi_page_heap(&segment->pages[0]) != NULL) /* a heap's list points at it: copy instead */
-    return NULL;
+  if (segment->kind != SM_SEGMENT_HUGE || (uint8_t *)segment != segment->map_start) return NULL;
+  /* its heap's list points at it: off the list while it moves (no lock is held across the
+   * system calls), then back on, unless the heap let its list go meanwhile */
+  uint32_t epoch = 0;
+  sm_heap_t *heap = huge_unlink(segment, &epoch);
+  void *p = huge_remap_unlinked(segment, newsize);
+  if (heap != NULL) {
+    smi_spin_lock(&heap->huge_lock);
+    if (heap->huge_epoch == epoch) smi_huge_push(heap, p != NULL ? smi_ptr_segment(p) : segment);
+    smi_spin_unlock(&heap->huge_lock);
+  }
+  return p;
+}
+
+static void *huge_remap_unlinked(sm_segment_t *segment, size_t newsize) {
   size_t offset = (size_t)(smi_page_start(&segment->pages[0]) - (uint8_t *)segment);
   size_t map_size = smi_align_up(offset + newsize + SM_GUARD_SIZE, SM_SEGMENT_SIZE);
   if (map_size < newsize || newsize > SM_MAX_ALLOC_SIZE) return NULL;
@@ -1080,21 +1126,8 @@ void *smi_huge_remap(sm_segment_t *segment, size_t newsize) {
 }
 
 void smi_huge_free(sm_segment_t *segment) {
-  /* off its heap's list (the lock: another thread may be freeing one too). The heap read before
-   * the lock may have let the block go meanwhile (sm_heap_delete) and even be another heap now
-   * (heaps are reused): only the one the block names under the lock is its heap. */
-  for (sm_heap_t *heap; (heap = smi_page_heap(&segment->pages[0])) != NULL;) {
-    smi_heap_lock(heap);
-    bool still = smi_page_heap(&segment->pages[0]) == heap;
-    if (still) {
-      if (segment->prev != NULL) segment->prev->next = segment->next;
-      else heap->huge_first = segment->next;
-      if (segment->next != NULL) segment->next->prev = segment->prev;
-      atomic_store_explicit(&segment->pages[0].heap, NULL, memory_order_relaxed);
-    }
-    smi_heap_unlock(heap);
-    if (still) break;
-  }
+  uint32_t epoch;
+  (void)huge_unlink(segment, &epoch);
   segment->pages[0].in_use = 0; /* a second free of it is then seen as invalid */
   smi_count_add(SM_COUNT_HUGE, -(int64_t)segment->map_size);
   smi_count_add(SM_COUNT_HUGE_BLOCKS, -1);

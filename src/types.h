@@ -177,7 +177,6 @@ typedef struct sm_segment_s {
   size_t map_size;
   uint64_t purge_at;    /* cached segments: when to purge them; once purged, when that was */
   uintptr_t cached_by;  /* cached segments: the thread that left it there (0: none) */
-  uintptr_t huge_thread; /* a huge block of a thread's own heap (on no list): that thread's id */
   struct sm_segment_s *next, *prev;   /* tld queue of segments with an unused page */
   struct sm_segment_s *abandoned_next;
   uintptr_t cookie;     /* address ^ process secret: a cheap validity check */
@@ -230,7 +229,7 @@ typedef struct sm_heap_s {
   struct sm_heap_s *shared;   /* user heaps: the part other threads allocate from (or NULL) */
   struct sm_heap_s *parent;   /* shared parts: their heap */
   struct sm_heap_s *user_next, *user_prev; /* user heaps: list of all of them (init.c) */
-  struct sm_segment_s *huge_first; /* user heaps: their huge blocks (linked by segment next/prev) */
+  struct sm_segment_s *huge_first; /* its huge blocks (linked by segment next/prev; under huge_lock) */
   bool full_have_free;        /* the purger left free blocks in full pages: owner, have a look */
   bool fork_orphan;           /* a fork child's heap of a thread that did not survive the fork (purge.c) */
   uint32_t quick_refills;     /* refills that skipped the slow path (page.c, page_refill_quick) */
@@ -239,6 +238,13 @@ typedef struct sm_heap_s {
    * The owner takes `lock` in its slow paths only (never on a fast path); the background purger
    * only tries it, for heaps that have been idle (slow_calls unchanged) since its last look. */
   _Atomic(bool) lock;
+  /* guards huge_first and its blocks' links: taken by whichever thread frees or moves a huge
+   * block, for a few instructions, never with a system call; a lock of its own, so that other
+   * threads never hold `lock` of a thread's own heap (a fork would leave it held in the child) */
+  _Atomic(bool) huge_lock;
+  /* bumped (under huge_lock) whenever the list is let go (thread exit, sm_heap_delete, destroy):
+   * a block taken off it to be moved goes back on only if the epoch is the same (segment.c) */
+  uint32_t huge_epoch;
   _Atomic(size_t) slow_calls;
   size_t purger_seen;         /* the purger's copy of slow_calls (only the purger uses it) */
   struct sm_heap_s *all_next; /* every heap ever made (they are never unmapped) */

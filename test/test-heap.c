@@ -88,6 +88,55 @@ static bool count_huge_areas(const sm_heap_t *heap, const sm_heap_area_t *area, 
   return true;
 }
 
+/* the huge areas of a visit: how many, and whether one starts at `want` */
+typedef struct {
+  int count;
+  const void *want;
+  bool found;
+} huge_seen_t;
+static bool find_huge_area(const sm_heap_t *heap, const sm_heap_area_t *area, void *block, size_t size, void *arg) {
+  (void)heap, (void)size;
+  huge_seen_t *seen = arg;
+  if (block != NULL || area->block_size <= ((size_t)2 << 20)) return true;
+  seen->count++;
+  if (area->blocks == seen->want) seen->found = true;
+  return true;
+}
+static huge_seen_t visit_huge(const sm_heap_t *heap, const void *want) {
+  huge_seen_t seen = {0, want, false};
+  sm_heap_visit_blocks(heap, false, find_huge_area, &seen);
+  return seen;
+}
+
+static void *huge_left; /* a huge block whose thread ends before it is freed */
+static void *free_it(void *p) {
+  sm_free(p);
+  return NULL;
+}
+static void *own_heap_huge(void *arg) { /* a thread's own heap: its huge blocks, visited */
+  int *bad = arg;
+  sm_heap_t *h = sm_heap_get_default();
+  char *p = sm_malloc((size_t)5 << 20), *q = sm_malloc_aligned((size_t)3 << 20, (size_t)1 << 20);
+  if (p == NULL || q == NULL) return (*bad = 1), NULL;
+  huge_seen_t seen = visit_huge(h, p);
+  if (seen.count != 2 || !seen.found || !visit_huge(h, q).found) *bad = 2;
+  if (!sm_heap_contains_block(h, p) || !sm_heap_contains_block(h, q)) *bad = 3;
+  p[0] = 7;
+  p = sm_realloc(p, (size_t)40 << 20); /* grows by moving pages: off the list and back on */
+  if (p == NULL || p[0] != 7) return (*bad = 4), NULL;
+  seen = visit_huge(h, p);
+  if (seen.count != 2 || !seen.found) *bad = 5;
+  pthread_t t;
+  pthread_create(&t, NULL, free_it, q); /* freed by another thread: off this heap's list */
+  pthread_join(t, NULL);
+  seen = visit_huge(h, p);
+  if (seen.count != 1 || !seen.found) *bad = 6;
+  sm_free(p);
+  if (visit_huge(h, NULL).count != 0) *bad = 7;
+  huge_left = sm_malloc((size_t)6 << 20); /* outlives its thread */
+  return NULL;
+}
+
 static sm_heap_t *orphan_heap;
 static void *orphan_blocks[100];
 static void *make_orphan(void *arg) { /* a heap whose creator ends while its blocks live on */
@@ -251,6 +300,26 @@ int main(void) {
     atomic_store(&huge_freer_stop, 1);
     pthread_join(t, NULL);
     CHECK(wrong == 0, "expected the new heap to list its one huge block, seen another count in round %d", wrong);
+  }
+
+  SECTION("a thread's own heap lists its huge blocks: visits and contains see them, also moved by realloc, until freed") {
+    int bad = 0;
+    pthread_t t;
+    pthread_create(&t, NULL, own_heap_huge, &bad);
+    pthread_join(t, NULL);
+    CHECK(bad == 0, "expected each huge block in its thread's heap's visit exactly while it lives, failed at step %d", bad);
+    CHECK_NONNULL(huge_left);
+    CHECK(!sm_heap_contains_block(sm_heap_get_default(), huge_left), "a block of an ended thread is in no heap");
+    sm_free(huge_left); /* its thread has ended: its heap's list let it go */
+    /* sm_heap_delete hands a heap's huge blocks to the backing heap, on its list */
+    sm_heap_t *h = sm_heap_new();
+    void *big = sm_heap_malloc(h, (size_t)4 << 20);
+    CHECK_NONNULL(big);
+    sm_heap_delete(h);
+    CHECK(visit_huge(sm_heap_get_backing(), big).found, "a deleted heap's huge block is in the backing heap's visit");
+    CHECK(sm_heap_contains_block(sm_heap_get_backing(), big), "and the backing heap contains it");
+    sm_free(big);
+    CHECK(!visit_huge(sm_heap_get_backing(), big).found, "and not once freed");
   }
 
   SECTION("a heap outlives its creator and stays usable") {

@@ -48,7 +48,8 @@
  *   fork-orphans   a thread allocates 64 MiB of 64-byte blocks and sleeps; the main thread forks,
  *                  and the child (single-threaded: no purger) frees them all: the child's RSS
  *                  falls by more than 48 MiB (the heap of a thread the fork left behind is
- *                  collected by the child itself);
+ *                  collected by the child itself); it also frees that thread's huge block, and
+ *                  a visit of that thread's heap is refused;
  *   idle-race      an owner that sleeps for 0-250 ms while another thread frees most of its blocks
  *                  and then wakes up and allocates, 40 times: the purger takes its emptied pages
  *                  in between (or while it wakes), and no block it kept loses its contents.
@@ -1188,9 +1189,19 @@ enum { ORPHAN_BLOCK = 64, ORPHAN_LATE = 8192 };
 #define ORPHAN_TOTAL (64 * MiB)
 #define ORPHAN_COUNT (ORPHAN_TOTAL / ORPHAN_BLOCK)
 static void **orphan_ptrs;
+static void *orphan_huge;
+static sm_heap_t *orphan_heap;
+
+static bool visit_nothing(const sm_heap_t *heap, const sm_heap_area_t *area, void *block, size_t size, void *arg) {
+  (void)heap, (void)area, (void)block, (void)size, (void)arg;
+  return true;
+}
 
 static void *orphan_thread(void *arg) { /* allocates, then stays alive (asleep) until the end */
   (void)arg;
+  orphan_heap = sm_heap_get_default();
+  orphan_huge = malloc(8 * MiB); /* on its heap's list of huge blocks */
+  if (orphan_huge == NULL) abort();
   for (size_t i = 0; i < ORPHAN_COUNT; i++) {
     orphan_ptrs[i] = malloc(ORPHAN_BLOCK);
     if (orphan_ptrs[i] == NULL) abort();
@@ -1206,6 +1217,10 @@ static void *orphan_thread(void *arg) { /* allocates, then stays alive (asleep) 
  * Exit status 0: it did; 1: it did not; 2: a block had lost its contents. */
 static int orphan_child(void) {
   size_t before = rss_now(), bad = 0;
+  /* the orphan's lock may have been held at the fork: its huge block is freed without it, and
+   * its heap is not visited */
+  free(orphan_huge);
+  if (sm_heap_visit_blocks(orphan_heap, false, visit_nothing, NULL)) bad++;
   for (size_t i = 0; i < ORPHAN_COUNT; i++) {
     if (i == ORPHAN_COUNT - ORPHAN_LATE) sleep_ms(50); /* past the purge delay */
     if (*(uint64_t *)orphan_ptrs[i] != i) bad++;
