@@ -99,9 +99,7 @@ void smi_purger_fork_child(void) { /* it did not survive fork */
   purger_linger_until = 0;
   atomic_store(&purger_barrier_state, 0); /* the child is a new process to the kernel: register again */
   for (sm_heap_t *heap = atomic_load(&heaps_all); heap != NULL; heap = heap->all_next) {
-    /* a thread that held it at the fork was unlinking or linking one block: the list reads
-     * right forwards, and every block on it is mapped (segment.c, huge_unlink) */
-    atomic_store(&heap->huge_lock, false);
+    smi_huge_fork_child(heap); /* its list of huge blocks: lock let go, back links mended */
     if (heap->kind != SM_HEAP_THREAD || heap->thread_id <= 1 || heap->tld == NULL || heap == smi_tls_backing) continue;
     heap->fork_orphan = true;
     atomic_store(&smi_read_mostly.fork_orphans, true);

@@ -1062,6 +1062,18 @@ static sm_segment_t *huge_move_guarded(sm_segment_t *segment, size_t offset, siz
 }
 #endif
 
+/* A fork child: a thread that held huge_lock at the fork was linking or unlinking one block, and
+ * the child sees only the stores made before the fork copied each page. Every block reachable
+ * from huge_first is mapped (a block leaves the list before it is unmapped), so the list is
+ * walked forwards and the back links set from it: a half-done push or unlink leaves no back link
+ * to a block that is not on the list, and the next unlink or push there stays right. */
+void smi_huge_fork_child(sm_heap_t *heap) {
+  atomic_store_explicit(&heap->huge_lock, false, memory_order_relaxed);
+  sm_segment_t *prev = NULL;
+  for (sm_segment_t *segment = heap->huge_first; segment != NULL; prev = segment, segment = segment->next)
+    segment->prev = prev;
+}
+
 static void *huge_remap_unlinked(sm_segment_t *segment, size_t newsize);
 
 /* Grow a huge block without copying it: into the resident cached mapping right after it, or by
