@@ -273,15 +273,7 @@ void smi_heap_abandon(sm_heap_t *heap) {
       atomic_store_explicit(&page->heap, NULL, memory_order_release);
     }
   }
-  /* its huge blocks stay where they are, on no list (whoever frees them later takes no lock) */
-  smi_spin_lock(&heap->huge_lock);
-  for (sm_segment_t *segment = heap->huge_first, *next; segment != NULL; segment = next) {
-    next = segment->next; /* read first: once it names no heap, another thread may free it */
-    atomic_store_explicit(&segment->pages[0].heap, NULL, memory_order_release);
-  }
-  heap->huge_first = NULL;
-  heap->huge_epoch++;
-  smi_spin_unlock(&heap->huge_lock);
+  (void)smi_huge_let_go(heap); /* its huge blocks stay where they are, on no list */
   smi_segments_abandon(heap);
 }
 
@@ -463,14 +455,7 @@ static void heap_part_destroy(sm_heap_t *part) {
   for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) part->pages[bin].first = part->pages[bin].last = NULL;
   part->page_count = 0;
   smi_stats_heap_flush(part);
-  smi_spin_lock(&part->huge_lock); /* its list goes with it: its blocks name no heap from here on */
-  sm_segment_t *huge = part->huge_first;
-  for (sm_segment_t *segment = huge; segment != NULL; segment = segment->next)
-    atomic_store_explicit(&segment->pages[0].heap, NULL, memory_order_release);
-  part->huge_first = NULL;
-  part->huge_epoch++;
-  smi_spin_unlock(&part->huge_lock);
-  for (sm_segment_t *segment = huge, *next; segment != NULL; segment = next) {
+  for (sm_segment_t *segment = smi_huge_let_go(part), *next; segment != NULL; segment = next) {
     next = segment->next;
     smi_huge_free(segment);
   }

@@ -224,6 +224,7 @@ void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld);
 void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero);
 void smi_huge_push(sm_heap_t *heap, sm_segment_t *segment); /* its huge_lock held */
 void smi_huge_fork_child(sm_heap_t *heap);
+sm_segment_t *smi_huge_let_go(sm_heap_t *heap); /* takes its huge_lock */
 void smi_huge_free(sm_segment_t *segment);
 void *smi_huge_remap(sm_segment_t *segment, size_t newsize);
 void smi_segments_abandon(sm_heap_t *heap);

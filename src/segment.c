@@ -1062,6 +1062,21 @@ static sm_segment_t *huge_move_guarded(sm_segment_t *segment, size_t offset, siz
 }
 #endif
 
+/* The heap lets its list go (thread exit, sm_heap_destroy): its blocks name no heap from here on,
+ * so whoever frees one later takes no lock. Returns the list, whose links nobody changes now. */
+sm_segment_t *smi_huge_let_go(sm_heap_t *heap) {
+  smi_spin_lock(&heap->huge_lock);
+  sm_segment_t *first = heap->huge_first;
+  for (sm_segment_t *segment = first, *next; segment != NULL; segment = next) {
+    next = segment->next; /* read first: once it names no heap, another thread may free it */
+    atomic_store_explicit(&segment->pages[0].heap, NULL, memory_order_release);
+  }
+  heap->huge_first = NULL;
+  heap->huge_epoch++;
+  smi_spin_unlock(&heap->huge_lock);
+  return first;
+}
+
 /* A fork child: a thread that held huge_lock at the fork was linking or unlinking one block, and
  * the child sees only the stores made before the fork copied each page. Every block reachable
  * from huge_first is mapped (a block leaves the list before it is unmapped), so the list is
