@@ -115,15 +115,6 @@ static size_t page_used_racy(const sm_page_t *page) {
   return *(const volatile uint16_t *)&page->used;
 }
 
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define SM_UNDER_TSAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define SM_UNDER_TSAN 1
-#endif
-
 /* purge_at of a page found empty with this snapshot (bit 0 set: list heads are aligned, so it never
  * equals a plain snapshot) */
 static uint64_t empty_snapshot(uint64_t seen) { return seen | 1; }

@@ -137,20 +137,38 @@ void *smi_os_alloc_aligned(size_t size, size_t alignment, size_t offset) {
 static bool os_is_pinned(const void *p, size_t size);
 static void os_set_pinned(const void *p, size_t size, bool on);
 
+#if defined(SM_UNDER_TSAN)
+/* ThreadSanitizer does not intercept mremap, so it cannot see that a range one thread moves its
+ * pages away from and a range another thread later grows into are ordered by the kernel (one
+ * address space, changed under one lock): it would pair a read of a moved block's header with
+ * a write at that address after a later mremap grew into it. The kernel's order, told to it. */
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+static char os_address_space;
+static void *os_mremap(void *p, size_t old_size, size_t new_size, int flags, void *target) {
+  __tsan_release(&os_address_space);
+  void *result = mremap(p, old_size, new_size, flags, target);
+  __tsan_acquire(&os_address_space);
+  return result;
+}
+#else
+#define os_mremap mremap
+#endif
+
 /* Move the pages of [p, p + old_size) to target, where new_size bytes are already mapped by us.
  * A growing move needs no growth by mremap then: only the old pages move, over the start of the
  * target, whose rest stays the fresh memory it was. (valgrind 3.19 marks the grown part of a
  * MREMAP_FIXED move as not addressable when the target starts right where p ends, which valgrind's
  * bottom-up placement of mappings makes common: false errors in every program.) */
 static void *os_move_into(void *p, size_t old_size, size_t new_size, void *target) {
-  return mremap(p, old_size, new_size < old_size ? new_size : old_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+  return os_mremap(p, old_size, new_size < old_size ? new_size : old_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
 }
 
 void *smi_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment) {
   if (os_is_pinned(p, old_size)) return NULL; /* hugetlb: the caller copies */
   int saved = errno;
   void *result = NULL;
-  if (mremap(p, old_size, new_size, 0) == p) { /* grew in place: the space after it was free */
+  if (os_mremap(p, old_size, new_size, 0, NULL) == p) { /* grew in place: the space after it was free */
     result = p;
   } else {
     /* reserve an aligned range, then move the pages into it (os_move_into) */

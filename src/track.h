@@ -38,6 +38,16 @@ void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
 #endif
 #define SM_TRACK (SM_VALGRIND || SM_ASAN)
 
+/* built with ThreadSanitizer (the tsan test configurations): what it cannot see is told to it */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SM_UNDER_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define SM_UNDER_TSAN 1
+#endif
+
 /* A block's first word, read without changing what the memory checker knows of it: free's check
  * reads it as a free-list link before it knows whether the block is live (realloc's check of a
  * live block must leave the program's bytes as they were). */

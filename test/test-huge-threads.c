@@ -4,9 +4,8 @@
  * it, while every thread visits its own heap (whose list other threads change meanwhile), deletes
  * and makes heaps, and ends; each round starts new threads (whose heaps are the ended ones',
  * reused). Every block carries its size and a pattern at both ends, checked when it is taken.
- * The lists of huge blocks are shared state (heap.c, segment.c). Under ThreadSanitizer this
- * program also draws reports between realloc's mremap paths and the segment cache's splits, with
- * or without the lists (2026-11-26, open), so it is not in the tsan configurations yet. */
+ * The lists of huge blocks are shared state (heap.c, segment.c); the tsan configurations run it
+ * too, where it also checks that ThreadSanitizer is told the order of mremap calls (os_linux.c). */
 #include "sm-test.h"
 
 #include <pthread.h>
