@@ -61,6 +61,10 @@ typedef struct smi_read_mostly_s {
 extern smi_read_mostly_t smi_read_mostly;
 #if SM_SECURE
 void smi_free_options_update(void); /* after the secret or those options change (options.c) */
+/* Guard pages are SM_GUARD_SIZE (4 KiB) in a fixed layout: a kernel with larger pages (16 or 64
+ * KiB on some aarch64 systems) cannot protect them alone, so the secure build runs without them
+ * there (verbose says so); its other defences do not depend on the page size. */
+static inline bool smi_guard_pages(void) { return smi_os_page_size() <= SM_GUARD_SIZE; }
 #endif
 extern SM_TLS sm_heap_t *smi_tls_backing; /* this thread's own heap (NULL before init) */
 sm_heap_t *smi_thread_init(void);       /* returns the new heap, or NULL when out of memory */

@@ -73,7 +73,14 @@ void smi_os_populate(void *p, size_t size) {
   errno = saved;
 }
 
+/* whole OS pages only: the kernel would round the length up and change pages the caller did not
+ * name (a 4 KiB guard on a kernel with 16 KiB pages would cover 12 KiB of blocks) */
+static bool os_whole_pages(const void *p, size_t size) {
+  return size != 0 && (((uintptr_t)p | size) & (os_page_size - 1)) == 0;
+}
+
 bool smi_os_protect(void *p, size_t size) {
+  if (!os_whole_pages(p, size)) return false;
   int saved = errno;
   bool ok = mprotect(p, size, PROT_NONE) == 0;
   errno = saved;
@@ -382,6 +389,7 @@ bool smi_os_set_pinned(void *p, size_t size, bool on) {
 bool smi_os_is_pinned(const void *p, size_t size) { return os_is_pinned(p, size); }
 
 bool smi_os_unprotect(void *p, size_t size) {
+  if (!os_whole_pages(p, size)) return false;
   int saved = errno;
   bool ok = mprotect(p, size, PROT_READ | PROT_WRITE) == 0;
   errno = saved;

@@ -346,6 +346,17 @@ static sm_segment_t *segment_cache_take_at(const void *at, size_t units) {
 
 /* Purge (or unmap) cached mappings whose delay has passed (now = UINT64_MAX: all of them); with
  * force, unmap them all. */
+/* A cached segment's memory past its header page, given back: a segment taken from the cache
+ * after this reads as zero there (segment->purged). A kernel with larger pages than
+ * SM_OS_PAGE_SIZE (16 or 64 KiB on some aarch64 systems) keeps the whole OS page that holds the
+ * header: the rest of it is cleared by hand (it is resident anyway). */
+static void segment_purge_past_header(sm_segment_t *segment) {
+  size_t os_page = smi_os_page_size();
+  size_t kept = os_page > SM_OS_PAGE_SIZE ? os_page : SM_OS_PAGE_SIZE;
+  if (kept > SM_OS_PAGE_SIZE) memset((uint8_t *)segment + SM_OS_PAGE_SIZE, 0, kept - SM_OS_PAGE_SIZE);
+  smi_os_purge((uint8_t *)segment + kept, segment->size - kept, true);
+}
+
 static void segment_cache_sweep(uint64_t now, bool force) {
   uint64_t at = atomic_load_explicit(&segment_cache_sweep_at, memory_order_relaxed);
   if (!force && now != UINT64_MAX &&
@@ -367,7 +378,7 @@ static void segment_cache_sweep(uint64_t now, bool force) {
       continue;
     }
     if (expired) {
-      smi_os_purge((uint8_t *)segment + SM_OS_PAGE_SIZE, segment->size - SM_OS_PAGE_SIZE, true);
+      segment_purge_past_header(segment);
       smi_mem_purged(segment->size - SM_OS_PAGE_SIZE - segment->purged_bytes);
       segment->purged_bytes = segment->size - SM_OS_PAGE_SIZE;
       segment->purged = 1;
@@ -579,6 +590,7 @@ static size_t segment_header_size(size_t page_count) {
  * keep theirs: the positions are the same for every kind) */
 static void segment_protect(sm_segment_t *segment, size_t size) {
 #if SM_SECURE
+  if (!smi_guard_pages()) return;
   if (!smi_os_protect((uint8_t *)segment + SM_SECURE_HEADER_SIZE, SM_GUARD_SIZE) ||
       !smi_os_protect((uint8_t *)segment + size - SM_GUARD_SIZE, SM_GUARD_SIZE))
     smi_warning("cannot set guard pages in segment %p (vm.max_map_count reached?)", (void *)segment);
