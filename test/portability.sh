@@ -1,7 +1,9 @@
 #!/bin/bash
 # portability: the library keeps building for the other targets the project supports, warning-free
 # (-Wall -Wextra -Werror), in its release, secure and debug configurations:
-#   aarch64 (Debian's cross compiler aarch64-linux-gnu-gcc): compiled only (nothing here runs it);
+#   aarch64 (Debian's cross compiler aarch64-linux-gnu-gcc): compiled, and where qemu-aarch64 is
+#   installed (Debian: qemu-user) regular test programs linked statically with it and run there
+#   (the static override in all three builds; the sm_ API, threads and heaps in the release build);
 #   musl (musl-gcc): compiled, then test-static.c linked with it into a fully static executable and
 #   run (malloc replaced in musl's libc too, threads included).
 # A compiler that is not installed, or cannot find its C headers, is skipped with a message; with
@@ -40,6 +42,32 @@ for cc in aarch64-linux-gnu-gcc musl-gcc; do
       echo "$out" | head -20
     fi
   done
+  if [ "$cc" = aarch64-linux-gnu-gcc ]; then
+    if ! command -v qemu-aarch64 >/dev/null 2>&1; then
+      echo "skip  aarch64 runs: qemu-aarch64 is not installed (Debian: qemu-user)"
+    else
+      for run in test-static:release test-static:secure test-static:debug test-smapi:release test-fuzz:release \
+                 test-stress:release test-heap:release test-huge-threads:release; do
+        prog=${run%%:*} config=${run#*:}
+        checks=$((checks + 1))
+        exe="$work/$prog-aarch64-$config"
+        defs=""
+        [ "$prog" != test-static ] && defs="-DSM_TEST_SM_API=1"
+        # shellcheck disable=SC2086
+        if ! out=$("$cc" -std=c11 -O2 -w $defs -I"$src/include" -I"$src/test" "$src/test/$prog.c" \
+                     "$work/shardmalloc-$cc-$config.o" -o "$exe" -static -lpthread -lm 2>&1); then
+          fail "aarch64: $prog ($config) does not link statically"
+          echo "$out" | head -20
+        elif ! out=$(qemu-aarch64 "$exe" 2>&1); then
+          fail "aarch64: $prog ($config) failed under qemu-aarch64"
+          echo "$out" | grep -E -A2 '^FAIL' | head -20
+          echo "$out" | tail -3
+        else
+          echo "ok    aarch64 (qemu): $prog ($config): $(echo "$out" | tail -1)"
+        fi
+      done
+    fi
+  fi
   if [ "$cc" = musl-gcc ]; then
     checks=$((checks + 1))
     exe="$work/test-static-musl"
