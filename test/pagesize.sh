@@ -7,12 +7,13 @@
 # Until 2026-11-26 calloc could return memory that was not zero there (a cached segment's first
 # OS page was taken as purged), and the secure build's 4 KiB guard pages covered 12 KiB of blocks
 # on 16 KiB pages (a crash at the first allocation).
+# A few memory-return cases of extra/test-purge.c run too (a purge reaches whole OS pages only).
 # Sections that cannot pass in a static program (dlsym) or that check release-only promises
 # (exact usable sizes, realloc in place: see extra/suite-preload.sh) may fail; nothing else may.
 # usage: pagesize.sh SOURCE-DIR WORK-DIR CC
 set -u
 src=$1 work=$2 cc=$3
-mkdir -p "$work"
+rm -rf "${work:?}" && mkdir -p "$work" # no program of an earlier run is reused
 failures=0 runs=0
 wrap="-Wl,--wrap=mmap,--wrap=munmap,--wrap=mprotect,--wrap=madvise,--wrap=mremap,--wrap=getauxval"
 allowed_any="free_sized, free_aligned_sized and cfree are exported and work"
@@ -20,7 +21,10 @@ allowed_debug="sm_malloc / sm_free / sm_usable_size / sm_good_size"
 
 for config in release secure debug; do
   case $config in
-    release) defs="" progs="test-api test-smapi test-fuzz test-heap test-stress test-huge-threads" ;;
+    release) defs="" progs="test-api test-smapi test-fuzz test-heap test-stress test-huge-threads
+               extra/test-purge@delay-0@SHARDMALLOC_PURGE_DELAY=0 extra/test-purge@madv-free@SHARDMALLOC_PURGE_DECOMMITS=0
+               extra/test-purge@huge-split@SHARDMALLOC_PURGE_DELAY=60000 extra/test-purge@huge-realloc
+               extra/test-purge@idle-heap" ;;
     secure) defs="-DSM_SECURE=1" progs="test-smapi test-fuzz test-huge-threads" ;;
     debug) defs="-DSM_DEBUG=1" progs="test-smapi test-fuzz" ;;
   esac
@@ -30,9 +34,12 @@ for config in release secure debug; do
     echo "FAIL  $config: does not compile"; echo "$out" | head -20
     failures=$((failures + 1)); continue
   fi
-  for prog in $progs; do
-    exe="$work/$prog-$config"
-    if ! out=$("$cc" -std=c11 -O2 -w -DSM_TEST_SM_API=1 -I"$src/include" -I"$src/test" "$src/test/$prog.c" \
+  for spec in $progs; do # PROGRAM[@ARGUMENT[@ENV=VALUE]]
+    IFS=@ read -r path arg env <<<"$spec"
+    prog=$(basename "$path")${arg:+ $arg}
+    exe="$work/$(basename "$path")-$config"
+    if [ ! -x "$exe" ] &&
+       ! out=$("$cc" -std=c11 -O2 -fno-builtin -w -DSM_TEST_SM_API=1 -I"$src/include" -I"$src/test" "$src/test/$path.c" \
                  "$src/test/pagesize-model.c" "$obj" -o "$exe" $wrap -static -lpthread -lm 2>&1); then
       echo "FAIL  $prog ($config): does not link statically"; echo "$out" | head -20
       failures=$((failures + 1)); continue
@@ -41,8 +48,9 @@ for config in release secure debug; do
     [ $config = debug ] && allowed="$allowed|$allowed_debug"
     for size in 16384 65536; do
       runs=$((runs + 1))
-      log="$work/$prog-$config-$size.log"
-      SM_TEST_PAGE_SIZE=$size "$exe" >"$log" 2>&1
+      log="$work/$(basename "$path")${arg:+-$arg}-$config-$size.log"
+      # shellcheck disable=SC2086
+      env SM_TEST_PAGE_SIZE=$size $env "$exe" $arg >"$log" 2>&1
       rc=$?
       bad=0
       while IFS= read -r line; do

@@ -54,7 +54,7 @@ for cc in aarch64-linux-gnu-gcc musl-gcc; do
         defs=""
         [ "$prog" != test-static ] && defs="-DSM_TEST_SM_API=1"
         # shellcheck disable=SC2086
-        if ! out=$("$cc" -std=c11 -O2 -w $defs -I"$src/include" -I"$src/test" "$src/test/$prog.c" \
+        if ! out=$("$cc" -std=c11 -O2 -fno-builtin -w $defs -I"$src/include" -I"$src/test" "$src/test/$prog.c" \
                      "$work/shardmalloc-$cc-$config.o" -o "$exe" -static -lpthread -lm 2>&1); then
           fail "aarch64: $prog ($config) does not link statically"
           echo "$out" | head -20
@@ -71,7 +71,7 @@ for cc in aarch64-linux-gnu-gcc musl-gcc; do
   if [ "$cc" = musl-gcc ]; then
     checks=$((checks + 1))
     exe="$work/test-static-musl"
-    if ! out=$(musl-gcc -std=c11 -O2 -I"$src/include" -I"$src/test" "$src/test/test-static.c" \
+    if ! out=$(musl-gcc -std=c11 -O2 -fno-builtin -I"$src/include" -I"$src/test" "$src/test/test-static.c" \
                  "$work/shardmalloc-musl-gcc-release.o" -o "$exe" -static -lpthread 2>&1); then
       fail "musl: test-static does not link statically"
       echo "$out" | head -20
