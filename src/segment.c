@@ -344,8 +344,6 @@ static sm_segment_t *segment_cache_take_at(const void *at, size_t units) {
   return NULL;
 }
 
-/* Purge (or unmap) cached mappings whose delay has passed (now = UINT64_MAX: all of them); with
- * force, unmap them all. */
 /* A cached segment's memory past its header page, given back: a segment taken from the cache
  * after this reads as zero there (segment->purged). A kernel with larger pages than
  * SM_OS_PAGE_SIZE (16 or 64 KiB on some aarch64 systems) keeps the whole OS page that holds the
@@ -357,6 +355,8 @@ static void segment_purge_past_header(sm_segment_t *segment) {
   smi_os_purge((uint8_t *)segment + kept, segment->size - kept, true);
 }
 
+/* Purge (or unmap) cached mappings whose delay has passed (now = UINT64_MAX: all of them); with
+ * force, unmap them all. */
 static void segment_cache_sweep(uint64_t now, bool force) {
   uint64_t at = atomic_load_explicit(&segment_cache_sweep_at, memory_order_relaxed);
   if (!force && now != UINT64_MAX &&
