@@ -58,7 +58,7 @@ for cc in aarch64-linux-gnu-gcc musl-gcc; do
                      "$work/shardmalloc-$cc-$config.o" -o "$exe" -static -lpthread -lm 2>&1); then
           fail "aarch64: $prog ($config) does not link statically"
           echo "$out" | head -20
-        elif ! out=$(qemu-aarch64 "$exe" 2>&1); then
+        elif ! out=$(qemu-aarch64 "$exe" $([ "$prog" = test-stress ] && echo --threads 4 --generations 2 --ops 5000) 2>&1); then
           fail "aarch64: $prog ($config) failed under qemu-aarch64"
           echo "$out" | grep -E -A2 '^FAIL' | head -20
           echo "$out" | tail -3
