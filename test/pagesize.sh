@@ -12,6 +12,8 @@
 # (exact usable sizes, realloc in place: see extra/suite-preload.sh) may fail; nothing else may.
 # usage: pagesize.sh SOURCE-DIR WORK-DIR CC
 set -u
+# shellcheck source=sections.sh
+. "$(dirname "$0")/sections.sh"
 src=$1 work=$2 cc=$3
 rm -rf "${work:?}" && mkdir -p "$work" # no program of an earlier run is reused
 failures=0 runs=0
@@ -55,22 +57,7 @@ for config in release secure debug; do
       env SM_TEST_PAGE_SIZE=$size $env "$exe" $arg >"$log" 2>&1
       rc=$?
       bad=0
-      while IFS= read -r line; do
-        title=$(echo "$line" | sed -E 's/^FAIL  (.*[^ ]) +[0-9]+ of [0-9]+ checks failed$/\1/')
-        IFS='|' read -ra list <<<"$allowed"
-        ok=0
-        for a in "${list[@]}"; do [ "$title" = "$a" ] && ok=1; done
-        [ $ok = 0 ] && { echo "FAIL  $prog ($config, $((size / 1024)) KiB pages): $line"; bad=1; }
-      done < <(grep -E '^FAIL  ' "$log")
-      if grep -q '^shardmalloc: error:' "$log"; then
-        echo "FAIL  $prog ($config, $((size / 1024)) KiB pages): the allocator reported:"
-        grep '^shardmalloc: error:' "$log" | head -3 | sed 's/^/  | /'
-        bad=1
-      fi
-      if [ $rc -ne 0 ] && ! grep -q ': FAILED: ' "$log"; then
-        echo "FAIL  $prog ($config, $((size / 1024)) KiB pages): exit status $rc"; tail -5 "$log" | sed 's/^/  | /'
-        bad=1
-      fi
+      sections_check "$log" $rc "$allowed" "($prog, $config, $((size / 1024)) KiB pages)" || bad=1
       if [ $bad = 0 ]; then
         note=$(tail -1 "$log")
         [ $rc -ne 0 ] && note="passed but for the sections a static or padded build cannot pass"

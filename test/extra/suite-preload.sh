@@ -17,30 +17,9 @@ LD_PRELOAD=$lib "$prog" "$@" >"$out" 2>&1
 rc=$?
 fail=0
 # every failed section must be a release-only one
-while IFS= read -r line; do
-  title=$(echo "$line" | sed -E 's/^FAIL  (.*[^ ]) +[0-9]+ of [0-9]+ checks failed$/\1/')
-  allowed=0
-  IFS='|' read -ra list <<<"${SM_RELEASE_ONLY:-}"
-  for a in "${list[@]}"; do [ -n "$a" ] && [ "$title" = "$a" ] && allowed=1; done
-  if [ $allowed = 1 ]; then
-    echo "  (release-only section failed as expected: $title)"
-  else
-    echo "FAIL: section failed under $(basename "$lib"): $line"
-    fail=1
-  fi
-done < <(grep -E '^FAIL  ' "$out")
-if grep -q '^shardmalloc: error:' "$out"; then
-  echo "FAIL: the allocator reported an error during a correct program:"
-  grep '^shardmalloc: error:' "$out" | head -5 | sed 's/^/  | /'
-  fail=1
-fi
-if [ $rc -ne 0 ] && [ $fail = 0 ] && ! grep -q ': FAILED: ' "$out"; then
-  echo "FAIL: expected a normal exit, seen exit status $rc (signal $((rc > 128 ? rc - 128 : 0)))"
-  fail=1
-fi
-if [ $rc -ne 0 ] && grep -q ': FAILED: ' "$out" && [ $fail = 0 ]; then
-  : # only release-only sections failed
-fi
+# shellcheck source=../sections.sh
+. "$(dirname "$0")/../sections.sh"
+sections_check "$out" $rc "${SM_RELEASE_ONLY:-}" "under $(basename "$lib")" || fail=1
 grep -E '^(ok|FAIL)  ' "$out" | sed 's/^/  /' | head -80
 tail -n 3 "$out" | sed 's/^/  | /'
 if [ $fail = 0 ]; then
