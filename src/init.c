@@ -43,9 +43,10 @@ void smi_process_init(void) {
   if (state == PROCESS_NONE &&
       atomic_compare_exchange_strong_explicit(&process_state, &state, PROCESS_STARTING, memory_order_acq_rel,
                                               memory_order_acquire)) {
-    smi_os_init();
-    smi_os_random_bytes(&smi_read_mostly.secret, sizeof smi_read_mostly.secret);
-    smi_read_mostly.secret |= 1;
+    uint64_t random[2]; /* one system call for both: every process pays it */
+    smi_os_random_bytes(random, sizeof random);
+    smi_os_init(random[1]);
+    smi_read_mostly.secret = random[0] | 1;
 #if SM_SECURE
     smi_page_shuffle_init(smi_read_mostly.secret);
     smi_free_options_update();

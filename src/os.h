@@ -52,7 +52,8 @@ const char *smi_os_getenv(const char *name);
 /* the environment to scan (for names matched without regard to case); NULL where smi_os_getenv
  * would ignore it (setuid/setgid programs) */
 char **smi_os_environ(void);
-void smi_os_init(void);
+/* page size and the random start of segment addresses (random: a word of its own from getrandom) */
+void smi_os_init(uint64_t random);
 
 /* ---- huge OS pages, pinned memory and NUMA (for arena.c) ---- */
 /* PROT_NONE address space, aligned: a placeholder that smi_os_map_hugetlb fills piece by piece
