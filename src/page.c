@@ -403,9 +403,9 @@ _Static_assert(SM_SHUFFLE_GROUP == 8, "orders are 8 nibbles");
  * block, so it touches each OS page that a new block starts in. An extension ends on a 4 KiB
  * boundary (the first at or after its first block's end), so the blocks it carves fill the pages
  * it touches and the next extension starts in one already touched. Carving 4 KiB from wherever
- * the last extension ended, and at least 4 blocks, had touched two pages for one of small blocks
- * and four for 16 KiB blocks: a program's last extension in each class held pages it never used
- * (one block of each class from 1 to 16 KiB, 68 KiB in all, held 216 KiB of segment, 108 now). */
+ * the last extension ended, and at least 4 blocks, let each class's last extension touch pages
+ * that no block in use needed: a page more for small blocks, three for 16 KiB ones (13 blocks of
+ * 1-15 KiB, one per class, 68 KiB in all, held 216 KiB of segment; 108 KiB now). */
 static void page_extend(sm_page_t *page) {
   sm_assert(page->free == NULL && smi_page_is_expandable(page));
   /* fresh blocks are for this bin: a smaller one borrowing this page stops (page_borrow) */
