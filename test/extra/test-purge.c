@@ -31,6 +31,8 @@
  *                  faults counted: about 15 instead of 60);
  *   sparse-trim    SHARDMALLOC_PURGE_DELAY=60000: a size class's first page that takes over a
  *                  freed page's resident 64 KiB keeps 16 KiB of it;
+ *   carving        a fresh page's carving touches no OS page past its first block's end (one
+ *                  block of 3, 6 and 12 KiB each leaves one page resident);
  *   span-rest      SHARDMALLOC_PURGE_DELAY=100: a 200 KiB block takes the first slots of a freed
  *                  1 MiB block's span, which waits to be purged: the rest of the span is still
  *                  purged after the delay;
@@ -868,6 +870,27 @@ static void case_sparse_trim(void) {
   }
 }
 
+/* ---------------------------------------------------------------- carving */
+static void case_carving(void) {
+  SECTION("a fresh page carves no block that starts past the OS page holding its first block's end") {
+    static const size_t sizes[] = {3000, 6000, 12000}; /* classes of 3-12 KiB: one block per 4 KiB boundary */
+    sm_heap_t *heap = sm_heap_new(); /* segments of its own: fresh memory */
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+      uint8_t *p = sm_heap_malloc(heap, sizes[i]); /* not written: only the carving touches the page */
+      if (p == NULL) abort();
+      size_t bsize = sm_usable_size(p);
+      size_t first = (size_t)(p - (uint8_t *)((uintptr_t)p & ~(uintptr_t)4095));
+      size_t touched = (first + bsize + 4095) / 4096;                      /* the block's own pages */
+      size_t resident = resident_pages((uint8_t *)((uintptr_t)p & ~(uintptr_t)4095), (touched + 3) * 4096);
+      printf("      one %zu-byte block (class %zu): %zu page(s) of the %zu after its start resident\n", sizes[i],
+             bsize, resident, touched + 3);
+      /* carving writes a link into each block it carves (4 blocks at a time had touched 2-4 pages) */
+      CHECK(resident <= 1, "expected only the block's first page resident (its link), seen %zu pages", resident);
+    }
+    sm_heap_destroy(heap);
+  }
+}
+
 /* ---------------------------------------------------------------- span-rest */
 static void case_span_rest(void) {
   SECTION("a block that takes the first slots of a span waiting to be purged: the rest is still purged") {
@@ -1283,6 +1306,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "huge-split")) case_huge_split();
   else if (!strcmp(c, "span-rest")) case_span_rest();
   else if (!strcmp(c, "sparse-trim")) case_sparse_trim();
+  else if (!strcmp(c, "carving")) case_carving();
   else if (!strcmp(c, "resident-first")) case_resident_first();
   else if (!strcmp(c, "fullest-first")) case_fullest_first();
   else if (!strcmp(c, "idle-race")) case_idle_race();
