@@ -450,6 +450,7 @@ static size_t page_area(const sm_segment_t *segment, const sm_page_t *page) {
 }
 
 static void purge_list_remove(sm_tld_t *tld, sm_page_t *page) {
+  tld->purge_bytes -= page_area(smi_page_segment(page), page);
   if (page->prev != NULL) page->prev->next = page->next;
   else tld->purge_first = page->next;
   if (page->next != NULL) page->next->prev = page->prev;
@@ -467,6 +468,7 @@ typedef struct purge_run_s {
   sm_page_t *first;
   size_t slots;
   uint64_t now;
+  uint8_t mark; /* is_purged of its slots: SM_PURGED_DUE or SM_PURGED_EXCHANGED */
 } purge_run_t;
 
 static void purge_run_flush(purge_run_t *run) {
@@ -479,7 +481,7 @@ static void purge_run_flush(purge_run_t *run) {
     slot->purge_at = run->now;
     slot->mem_is_zero = zero;
     if (!slot->is_purged) {
-      slot->is_purged = 1;
+      slot->is_purged = run->mark;
       size_t area = span_area(segment, slot, 1);
       segment->purged_bytes += area;
       smi_mem_purged(area);
@@ -496,11 +498,11 @@ static void purge_run_add(purge_run_t *run, sm_segment_t *segment, sm_page_t *pa
     return;
   }
   purge_run_flush(run);
-  *run = (purge_run_t){segment, page, slots, now};
+  *run = (purge_run_t){segment, page, slots, now, run->mark};
 }
 
 static void page_purge(sm_segment_t *segment, sm_page_t *page, uint64_t now) {
-  purge_run_t run = {NULL, NULL, 0, 0};
+  purge_run_t run = {NULL, NULL, 0, 0, SM_PURGED_DUE};
   purge_run_add(&run, segment, page, now);
   purge_run_flush(&run);
 }
@@ -508,6 +510,7 @@ static void page_purge(sm_segment_t *segment, sm_page_t *page, uint64_t now) {
 /* the list stays in deadline order (the delay varies): insert from the back, usually at it */
 static void purge_list_insert(sm_tld_t *tld, sm_page_t *page) {
   page->purge_pending = 1;
+  tld->purge_bytes += page_area(smi_page_segment(page), page);
   sm_page_t *after = tld->purge_last;
   while (after != NULL && after->purge_at > page->purge_at) after = after->prev;
   page->prev = after;
@@ -532,10 +535,11 @@ void smi_segments_purge_expired(sm_tld_t *tld, bool force) {
       for (; i > 0 && (uintptr_t)batch[i - 1] > (uintptr_t)page; i--) batch[i] = batch[i - 1];
       batch[i] = page;
     }
-    purge_run_t run = {NULL, NULL, 0, 0};
+    purge_run_t run = {NULL, NULL, 0, 0, SM_PURGED_DUE};
     for (size_t i = 0; i < n; i++) purge_run_add(&run, smi_page_segment(batch[i]), batch[i], now);
     purge_run_flush(&run);
   } while (n == SM_PURGE_BATCH);
+  sm_assert(tld->purge_first != NULL || tld->purge_bytes == 0); /* the list's accounting */
   rhythm_decay(&page_rhythm, now);
   rhythm_decay(&cache_rhythm, now);
   if (smi_segment_cache_pending()) segment_cache_sweep(now, false);
@@ -808,9 +812,11 @@ static sm_page_t *tld_find_page(sm_tld_t *tld, int kind, size_t block_size, bool
  * them keeps its rest; none starts before `page`, which starts a free run), and their purged
  * memory counts as committed again. Returns whether all of it is known zero. Called before
  * `page` gets its own span_slots: an entry that starts at `page` is read with its length. */
-static bool span_take(sm_tld_t *tld, sm_segment_t *segment, sm_page_t *page, size_t slots) {
+static bool span_take(sm_tld_t *tld, sm_segment_t *segment, sm_page_t *page, size_t slots, size_t *fresh) {
   bool zero = true, reuse_noted = false;
+  *fresh = 0;
   for (sm_page_t *slot = page; slot < page + slots; slot++) {
+    if (slot->is_purged || slot->mem_is_zero) *fresh += span_area(segment, slot, 1);
     if (slot->purge_pending) {
       sm_page_t *entry_end = slot + page_slots(segment, slot);
       purge_list_remove(tld, slot);
@@ -822,10 +828,14 @@ static bool span_take(sm_tld_t *tld, sm_segment_t *segment, sm_page_t *page, siz
       }
     }
     if (slot->is_purged) { /* its memory comes back as it is touched */
-      if (!reuse_noted) rhythm_note_reuse(&page_rhythm, slot->purge_at, tld->now_ms);
-      reuse_noted = true;
-      slot->is_purged = 0;
       size_t area = span_area(segment, slot, 1);
+      if (slot->is_purged == SM_PURGED_EXCHANGED) { /* not a sign that the delay is too short */
+        if (tld->now_ms < slot->purge_at + rhythm_delay(&page_rhythm)) tld->exchange_slack += area;
+      } else if (!reuse_noted) {
+        rhythm_note_reuse(&page_rhythm, slot->purge_at, tld->now_ms);
+        reuse_noted = true;
+      }
+      slot->is_purged = 0;
       segment->purged_bytes -= area;
       smi_mem_unpurged(area);
     }
@@ -833,6 +843,31 @@ static bool span_take(sm_tld_t *tld, sm_segment_t *segment, sm_page_t *page, siz
     slot->mem_is_zero = 0;
   }
   return zero;
+}
+
+/* Fresh memory (`bytes`: never touched, or purged) is about to be touched while unused pages
+ * wait out their delay: pages this request could not take (tld_find_page would have). Keeping
+ * them puts them on top of the program's peak: gcc frees 40 MiB of large blocks and goes on
+ * with small ones, whose fresh pages then pile up on top. So as many bytes of them are purged
+ * now, oldest first: an exchange. A program that alternates between kinds would then fault in
+ * each phase what the other one purged, so memory purged this way and taken again before its
+ * delay would have passed raises exchange_slack by its size, and exchanges leave that much on
+ * the list: what the exchanges can cost in page faults is bounded by the most the list holds.
+ * (The rhythm, scaled up by any purge followed by a reuse, could not be the gate: in gcc it
+ * stays at its top.) */
+static void purge_exchange(sm_tld_t *tld, size_t bytes) {
+  if (tld->purge_bytes <= tld->exchange_slack || smi_option(sm_option_purge_delay) <= 0) return;
+  size_t excess = tld->purge_bytes - tld->exchange_slack;
+  uint64_t now = tld_now(tld);
+  purge_run_t run = {NULL, NULL, 0, 0, SM_PURGED_EXCHANGED};
+  sm_page_t *page;
+  for (size_t done = 0; done < bytes && done < excess && (page = tld->purge_first) != NULL;) {
+    sm_segment_t *segment = smi_page_segment(page);
+    done += page_area(segment, page);
+    purge_list_remove(tld, page);
+    purge_run_add(&run, segment, page, now);
+  }
+  purge_run_flush(&run);
 }
 
 /* A new small page for a size class that has no other page (`busy`: it has, and they filled up)
@@ -877,7 +912,9 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size, bool busy)
   /* the earlier page's descriptor is still there: what it carved is what may be resident */
   bool resident = !page->is_purged && !page->mem_is_zero;
   size_t touched = resident ? (size_t)page->capacity * page->block_size : 0;
-  page->mem_is_zero = span_take(tld, segment, page, slots); /* before span_slots: it reads the entry's */
+  size_t fresh;
+  page->mem_is_zero = span_take(tld, segment, page, slots, &fresh); /* before span_slots: it reads the entry's */
+  if (fresh > 0) purge_exchange(tld, fresh);
   if (kind == SM_SEGMENT_SMALL && !busy) page_trim_taken(segment, page, touched);
   if (kind == SM_SEGMENT_LARGE) {
     page->span_slots = (uint8_t)slots;
@@ -1301,6 +1338,8 @@ void smi_segments_absorb(sm_tld_t *tld, sm_tld_t *from, uintptr_t thread_id) {
   tld->purge_first = head;
   tld->purge_last = tail;
   from->purge_first = from->purge_last = NULL;
+  tld->purge_bytes += from->purge_bytes;
+  from->purge_bytes = 0;
   tld->segment_count += from->segment_count;
   from->segment_count = 0;
 }
@@ -1366,7 +1405,7 @@ void smi_segments_visit_abandoned(size_t max, bool force) {
   size_t pass = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
   if (max > pass) max = pass;
   long delay = smi_option(sm_option_purge_delay);
-  purge_due_t due = {smi_os_now_ms(), force, {NULL, NULL, 0, 0}};
+  purge_due_t due = {smi_os_now_ms(), force, {NULL, NULL, 0, 0, SM_PURGED_DUE}};
   uint64_t deadline = due.now + 20;
   for (size_t n = 0; n < max && atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0; n++) {
     if ((n & 15) == 15 && smi_os_now_ms() > deadline) return;

@@ -125,7 +125,7 @@ typedef struct sm_page_s {
   uint8_t free_is_zero; /* every block on `free` is zero past its first word */
   uint8_t retire_ticks; /* 1: an empty page kept alive until heap->slow_calls reaches purge_at */
   uint8_t bin;
-  uint8_t is_purged;    /* the page's memory was given back and not used since (stats) */
+  uint8_t is_purged;    /* the page's memory was given back and not used since: SM_PURGED_* */
   sm_block_t *local_free; /* frees by the owning thread */
   uint16_t reserved;    /* blocks that fit the page */
   /* refill accounting (page.c): blocks on `free` at its last refill, blocks freed since the
@@ -152,6 +152,10 @@ typedef struct sm_page_s {
   /* other threads' line (secure builds) */
   _Alignas(SM_THREAD_FREE_ALIGN) _Atomic(uintptr_t) thread_free; /* frees by other threads: block pointer | sm_delay_t */
 } sm_page_t;
+
+/* is_purged: 0, or how the page's memory went (segment.c, purge_exchange) */
+#define SM_PURGED_DUE 1       /* its delay had passed (or everything was purged) */
+#define SM_PURGED_EXCHANGED 2 /* early, for fresh memory another page was about to touch */
 
 typedef enum {
   SM_SEGMENT_SMALL,  /* 64 KiB pages */
@@ -200,6 +204,8 @@ typedef struct sm_tld_s {
   size_t segment_count;           /* segments owned (excluding cache) */
   size_t segment_peak;            /* the most it has owned at once */
   sm_page_t *purge_first, *purge_last; /* unused pages waiting to be purged, oldest first */
+  size_t purge_bytes;             /* their memory */
+  size_t exchange_slack;          /* purge_exchange leaves this much of it (segment.c) */
   uint64_t now_ms;                /* last clock reading */
 } sm_tld_t;
 

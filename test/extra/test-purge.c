@@ -22,6 +22,14 @@
  *   kind-switch    SHARDMALLOC_PURGE_DELAY=60000: 28 MiB of medium pages freed (their segments
  *                  still in use), then 32 MiB of small blocks: the medium pages are given back when
  *                  the small ones need new segments, not a minute later;
+ *   exchange       SHARDMALLOC_PURGE_DELAY=60000: after the thread's segment count has been
+ *                  higher once, 24 MiB of large blocks are freed (their segments still in use),
+ *                  then 16 MiB of small blocks go into fresh pages: the large blocks' memory is
+ *                  given back as the small ones take fresh memory, not a minute later;
+ *   exchange-cycle SHARDMALLOC_PURGE_DELAY=60000: rounds of 16 MiB of large blocks and then 16
+ *                  MiB of small ones, each freed before the other is allocated (a few blocks of
+ *                  each segment stay): exchanges stop once memory they purged is taken again,
+ *                  so later rounds reuse resident memory without page faults;
  *   resident-first SHARDMALLOC_PURGE_DELAY=60000: the upper half of 2 MiB of small pages freed
  *                  (resident), the lower half freed and purged: 1 MiB of blocks of another size
  *                  takes the resident pages (page faults counted), not the purged ones;
@@ -732,6 +740,95 @@ static void case_kind_switch(void) {
   }
 }
 
+/* ---------------------------------------------------------------- exchange */
+enum { EXCHANGE_LARGE = 192 * 1024, EXCHANGE_SMALL = 1024 };
+
+/* the thread's segment count goes higher than anything below needs, so that no segment taken
+ * later is a new high (which purges what is pending anyway); then everything is given back */
+static void exchange_raise_peak(void) {
+  enum { N = 48 * 1024 };
+  void **blocks = map_array(N * sizeof(void *));
+  for (int i = 0; i < N; i++) {
+    blocks[i] = malloc(EXCHANGE_SMALL);
+    if (blocks[i] == NULL) abort();
+    memset(blocks[i], 0x41, EXCHANGE_SMALL);
+  }
+  for (int i = 0; i < N; i++) free(blocks[i]);
+  sm_collect(true);
+}
+
+/* a block in the first 512 KiB of its segment stays live: its segment stays in use, so the
+ * pages freed around it wait on the thread's purge list */
+static bool exchange_anchor(const void *p) { return (((uintptr_t)p & (4 * MiB - 1)) >> 19) == 0; }
+
+/* n blocks of `size`, written; those that are not anchors freed again unless keep_all */
+static size_t exchange_fill(void **blocks, int n, size_t size, bool keep_all) {
+  size_t kept = 0;
+  for (int i = 0; i < n; i++) {
+    blocks[i] = malloc(size);
+    if (blocks[i] == NULL) abort();
+    memset(blocks[i], 0x42, size);
+  }
+  for (int i = 0; i < n && !keep_all; i++) {
+    if (exchange_anchor(blocks[i])) kept += size;
+    else free(blocks[i]), blocks[i] = NULL;
+  }
+  return kept;
+}
+
+static void case_exchange(void) {
+  SECTION("freed large blocks waiting out a long purge delay go as small blocks take fresh pages") {
+    enum { LARGE_N = 24 * MiB / EXCHANGE_LARGE, SMALL_N = 16 * MiB / EXCHANGE_SMALL };
+    void **large = map_array(LARGE_N * sizeof(void *)), **small = map_array(SMALL_N * sizeof(void *));
+    exchange_raise_peak();
+    size_t base = rss_now();
+    size_t kept = exchange_fill(large, LARGE_N, EXCHANGE_LARGE, false);
+    size_t mid = rss_now() - base;
+    exchange_fill(small, SMALL_N, EXCHANGE_SMALL, true);
+    size_t after = rss_now() - base;
+    size_t expect = 16 * MiB + kept; /* what is in use */
+    printf("      heap RSS: %.1f MiB after freeing all but %.1f MiB of 24 MiB of large blocks, %.1f MiB "
+           "with 16 MiB of small blocks as well (in use: %.1f MiB)\n",
+           (double)mid / (double)MiB, (double)kept / (double)MiB, (double)after / (double)MiB,
+           (double)expect / (double)MiB);
+    CHECK(mid > 16 * MiB, "expected the freed large blocks to stay resident (delay 60 s), seen %.1f MiB",
+          (double)mid / (double)MiB);
+    CHECK(after < expect + 4 * MiB, "expected heap RSS below %.1f MiB, seen %.1f MiB",
+          (double)(expect + 4 * MiB) / (double)MiB, (double)after / (double)MiB);
+    for (int i = 0; i < LARGE_N; i++) free(large[i]);
+    for (int i = 0; i < SMALL_N; i++) free(small[i]);
+  }
+}
+
+static void case_exchange_cycle(void) {
+  SECTION("exchanges stop when the memory they purge is taken again: no page faults every round") {
+    enum { LARGE_N = 16 * MiB / EXCHANGE_LARGE, SMALL_N = 16 * MiB / EXCHANGE_SMALL, ROUNDS = 8 };
+    void **large = map_array(LARGE_N * sizeof(void *)), **small = map_array(SMALL_N * sizeof(void *));
+    void **anchors = map_array((LARGE_N + SMALL_N) * sizeof(void *));
+    size_t anchor_n = 0;
+    exchange_raise_peak();
+    long faults[ROUNDS];
+    for (int round = 0; round < ROUNDS; round++) {
+      long before = minor_faults();
+      exchange_fill(large, LARGE_N, EXCHANGE_LARGE, false);
+      for (int i = 0; i < LARGE_N; i++)
+        if (large[i] != NULL) anchors[anchor_n++] = large[i];
+      exchange_fill(small, SMALL_N, EXCHANGE_SMALL, false);
+      for (int i = 0; i < SMALL_N; i++)
+        if (small[i] != NULL) anchors[anchor_n++] = small[i];
+      faults[round] = minor_faults() - before;
+    }
+    long later = 0;
+    for (int round = 3; round < ROUNDS; round++) later += faults[round];
+    printf("      page faults per round (16 MiB of large blocks, then 16 MiB of small ones):");
+    for (int round = 0; round < ROUNDS; round++) printf(" %ld", faults[round]);
+    printf("\n");
+    /* one round touches 8,192 pages; with an exchange in every round each would fault most */
+    CHECK(later < 2048, "expected fewer than 2048 page faults in rounds 3-%d together, seen %ld", ROUNDS - 1, later);
+    for (size_t i = 0; i < anchor_n; i++) free(anchors[i]);
+  }
+}
+
 /* ---------------------------------------------------------------- resident-first */
 static int address_order(const void *a, const void *b) {
   uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
@@ -1302,6 +1399,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "prefault")) case_prefault();
   else if (!strcmp(c, "adaptive")) case_adaptive();
   else if (!strcmp(c, "kind-switch")) case_kind_switch();
+  else if (!strcmp(c, "exchange")) case_exchange();
+  else if (!strcmp(c, "exchange-cycle")) case_exchange_cycle();
   else if (!strcmp(c, "cached-reuse")) case_cached_reuse();
   else if (!strcmp(c, "huge-split")) case_huge_split();
   else if (!strcmp(c, "span-rest")) case_span_rest();
