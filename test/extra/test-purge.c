@@ -702,6 +702,10 @@ static void case_cache_rhythm(void) {
 }
 
 /* ---------------------------------------------------------------- kind-switch */
+/* a block in the first 512 KiB of its segment: kept live, it keeps its segment in use, so the
+ * pages freed around it wait on the thread's purge list (not in the segment cache) */
+static bool segment_anchor(const void *p) { return (((uintptr_t)p & (4 * MiB - 1)) >> 19) == 0; }
+
 static void case_kind_switch(void) {
   SECTION("medium pages waiting out a long purge delay go when small blocks need new segments") {
     enum { MEDIUM = 64 * 1024, MEDIUM_N = 512, SMALL = 1024, SMALL_N = 32 * 1024 };
@@ -712,11 +716,10 @@ static void case_kind_switch(void) {
       if (medium[i] == NULL) abort();
       memset(medium[i], 0x31, MEDIUM);
     }
-    /* free all but the blocks in the first 512 KiB of each segment: every segment stays in use,
-     * so its freed pages wait on the purge list (not in the segment cache) */
+    /* free all but each segment's anchors */
     size_t kept = 0;
     for (int i = 0; i < MEDIUM_N; i++) {
-      if ((((uintptr_t)medium[i] & (4 * MiB - 1)) >> 19) == 0) kept++;
+      if (segment_anchor(medium[i])) kept++;
       else free(medium[i]), medium[i] = NULL;
     }
     size_t mid = rss_now() - base;
@@ -757,10 +760,6 @@ static void exchange_raise_peak(void) {
   sm_collect(true);
 }
 
-/* a block in the first 512 KiB of its segment stays live: its segment stays in use, so the
- * pages freed around it wait on the thread's purge list */
-static bool exchange_anchor(const void *p) { return (((uintptr_t)p & (4 * MiB - 1)) >> 19) == 0; }
-
 /* n blocks of `size`, written; those that are not anchors freed again unless keep_all */
 static size_t exchange_fill(void **blocks, int n, size_t size, bool keep_all) {
   size_t kept = 0;
@@ -770,7 +769,7 @@ static size_t exchange_fill(void **blocks, int n, size_t size, bool keep_all) {
     memset(blocks[i], 0x42, size);
   }
   for (int i = 0; i < n && !keep_all; i++) {
-    if (exchange_anchor(blocks[i])) kept += size;
+    if (segment_anchor(blocks[i])) kept += size;
     else free(blocks[i]), blocks[i] = NULL;
   }
   return kept;
