@@ -231,6 +231,22 @@ SM_EXPORT int sm_reserve_os_memory(size_t size, bool commit, bool allow_large);
 /* hand shardmalloc a region to carve segments from (never given back to the OS) */
 SM_EXPORT bool sm_manage_os_memory(void *start, size_t size, bool is_committed, bool is_large, bool is_zero, int numa_node);
 
+/* Arenas by id (docs/api/os-memory.md). The _ex forms also return the new arena's id; an
+ * exclusive arena serves only heaps made in it with sm_heap_new_in_arena, and a heap made in an
+ * arena takes all its memory from that arena (NULL, ENOMEM, once it is full). 0 is no arena. */
+typedef int sm_arena_id_t;
+SM_EXPORT int sm_reserve_os_memory_ex(size_t size, bool commit, bool allow_large, bool exclusive, sm_arena_id_t *arena_id);
+SM_EXPORT bool sm_manage_os_memory_ex(void *start, size_t size, bool is_committed, bool is_large, bool is_zero,
+                                      int numa_node, bool exclusive, sm_arena_id_t *arena_id);
+SM_EXPORT int sm_reserve_huge_os_pages_at_ex(size_t pages, int numa_node, size_t timeout_msecs, bool exclusive,
+                                             sm_arena_id_t *arena_id);
+/* the arena's first byte and (*size) its length; NULL for an id that names no arena */
+SM_EXPORT void *sm_arena_area(sm_arena_id_t arena_id, size_t *size);
+/* a heap (as sm_heap_new) whose memory all comes from the arena; NULL with EINVAL for a bad id */
+SM_EXPORT sm_heap_t *sm_heap_new_in_arena(sm_arena_id_t arena_id);
+/* one line per arena: id, address, size, units in use, kind (to stderr or the output function) */
+SM_EXPORT void sm_debug_show_arenas(void);
+
 /* ---- statistics ---- */
 typedef void sm_output_fun(const char *msg, void *arg);
 /* print the statistics table to stderr (or the sm_register_output function) */

@@ -11,14 +11,21 @@
  * can happen inside process initialisation.
  *
  * Pinned memory (huge OS pages: hugetlb or memory handed over as large) cannot be purged: its
- * units are handed out again as they are, and reported as not zero. */
+ * units are handed out again as they are, and reported as not zero.
+ *
+ * Arena ids: the public functions name an arena by the index of its first entry plus one. A heap
+ * made in an arena (its tld's arena_id) takes memory from that arena only; an exclusive arena
+ * serves only such heaps (segment.c keeps its segments out of the shared cache and out of other
+ * threads' reach). */
 #include "internal.h"
 
 #include <sched.h>
 
 /* the interface (declared in internal.h) */
-void *smi_mem_alloc_ex(size_t size, size_t alignment, size_t offset, bool avoid_pinned, bool *is_zero);
+void *smi_mem_alloc_ex(size_t size, size_t alignment, size_t offset, bool avoid_pinned, int arena_id, bool *is_zero);
 bool smi_mem_is_pinned(const void *p);
+int smi_mem_exclusive_arena(const void *p);
+bool smi_arena_id_valid(int arena_id);
 void smi_arenas_init(void);
 bool smi_arena_contains(const void *p);
 size_t smi_arenas_count(void);
@@ -35,6 +42,8 @@ typedef struct smi_arena_s {
   size_t units;
   int numa_node;            /* -1: any */
   bool pinned;              /* never purged: units keep their memory and contents */
+  bool exclusive;           /* only heaps made in it take its memory */
+  int id;                   /* the public id: its first entry's index + 1 */
   smi_bitmap_t in_use;      /* handed out */
   smi_bitmap_t committed;   /* holds memory counted in COMMITTED */
   smi_bitmap_t dirty;       /* may hold non-zero bytes */
@@ -127,12 +136,13 @@ static smi_arena_t *arena_of(const void *p) {
   return NULL;
 }
 
-/* Register [start, start+size) (SM_SEGMENT_SIZE-aligned, whole units) as one or more entries. */
-static bool arena_add(uint8_t *start, size_t size, int numa_node, bool pinned, bool committed, bool zero) {
+/* Register [start, start+size) (SM_SEGMENT_SIZE-aligned, whole units) as one or more entries.
+ * Returns its id, or 0 when the table is full. */
+static int arena_add(uint8_t *start, size_t size, int numa_node, bool pinned, bool committed, bool zero, bool exclusive) {
   size_t units = size >> SM_SEGMENT_SHIFT, entries = (units + SM_ARENA_UNITS - 1) / SM_ARENA_UNITS;
   size_t first = atomic_load_explicit(&arena_slots, memory_order_relaxed);
   do {
-    if (units == 0 || first + entries > SM_ARENA_MAX) return false;
+    if (units == 0 || first + entries > SM_ARENA_MAX) return 0;
   } while (!atomic_compare_exchange_weak(&arena_slots, &first, first + entries));
   smi_count_add(SM_COUNT_RESERVED, (int64_t)size);
   if (committed) smi_count_add(SM_COUNT_COMMITTED, (int64_t)size);
@@ -142,11 +152,13 @@ static bool arena_add(uint8_t *start, size_t size, int numa_node, bool pinned, b
     a->units = units - e * SM_ARENA_UNITS < SM_ARENA_UNITS ? units - e * SM_ARENA_UNITS : SM_ARENA_UNITS;
     a->numa_node = numa_node;
     a->pinned = pinned;
+    a->exclusive = exclusive;
+    a->id = (int)first + 1;
     bits_set(a->committed, 0, a->units, committed);
     bits_set(a->dirty, 0, a->units, !zero);
     atomic_store_explicit(&a->start, start + ((e * SM_ARENA_UNITS) << SM_SEGMENT_SHIFT), memory_order_release);
   }
-  return true;
+  return (int)first + 1;
 }
 
 /* n units of a (starting at start), such that (result + offset) is a multiple of alignment */
@@ -183,8 +195,9 @@ static void *arena_alloc_in(smi_arena_t *a, uint8_t *start, size_t n, size_t ali
   return NULL;
 }
 
-/* Arenas of the current node (or of none) first, then the others. Pinned ones only if allowed. */
-static void *arenas_alloc(size_t size, size_t alignment, size_t offset, bool pinned_ok, bool *is_zero) {
+/* Arenas of the current node (or of none) first, then the others. Pinned ones only if allowed.
+ * arena_id: that arena only; 0: any but the exclusive ones. */
+static void *arenas_alloc(size_t size, size_t alignment, size_t offset, bool pinned_ok, int arena_id, bool *is_zero) {
   size_t count = arena_count();
   if (count == 0) return NULL;
   int node = smi_os_numa_count() > 1 ? smi_os_numa_node() : -1;
@@ -195,7 +208,7 @@ static void *arenas_alloc(size_t size, size_t alignment, size_t offset, bool pin
       uint8_t *start = atomic_load_explicit(&a->start, memory_order_acquire); /* then its fields are set */
       if (start == NULL) continue;
       bool local = node < 0 || a->numa_node < 0 || a->numa_node == node;
-      if (local != (pass == 0) || (a->pinned && !pinned_ok)) continue;
+      if (local != (pass == 0) || (a->pinned && !pinned_ok) || (arena_id != 0 ? a->id != arena_id : a->exclusive)) continue;
       void *p = arena_alloc_in(a, start, n, alignment, offset, is_zero);
       if (p != NULL) return p;
     }
@@ -242,7 +255,7 @@ static bool os_alloc_allowed(void) {
 
 /* Reserve an arena of `size` bytes from the OS: 2 MiB hugetlb pages when allowed and the pool
  * holds enough, else ordinary memory (transparent huge pages with allow_large). */
-static int arena_reserve_os(size_t size, bool commit, bool allow_large) {
+static int arena_reserve_os(size_t size, bool commit, bool allow_large, bool exclusive, int *arena_id) {
   size_t rounded = smi_align_up(size, SM_SEGMENT_SIZE);
   if (size == 0 || rounded < size) return EINVAL;
   size = rounded;
@@ -259,13 +272,15 @@ static int arena_reserve_os(size_t size, bool commit, bool allow_large) {
     if (commit) smi_os_populate(p, size);
   }
   smi_stat_inc(SM_STAT_MMAP_CALLS);
-  if (!arena_add(p, size, -1, pinned, commit || pinned, true)) {
+  int id = arena_add(p, size, -1, pinned, commit || pinned, true, exclusive);
+  if (id == 0) {
     smi_os_free(p, size);
     return ENOMEM;
   }
+  if (arena_id != NULL) *arena_id = id;
   if (smi_option(sm_option_verbose))
-    smi_message("arena: reserved %zu MiB at %p%s", size >> 20, (void *)p,
-                pinned ? " (2 MiB hugetlb pages)" : allow_large ? " (transparent huge pages)" : "");
+    smi_message("arena %d: reserved %zu MiB at %p%s%s", id, size >> 20, (void *)p,
+                pinned ? " (2 MiB hugetlb pages)" : allow_large ? " (transparent huge pages)" : "", exclusive ? ", exclusive" : "");
   return 0;
 }
 
@@ -276,7 +291,7 @@ static bool arena_grow(size_t size) {
   if (reserve <= 0 || size > (size_t)reserve / 2 ||
       !atomic_compare_exchange_strong(&arena_growing, &expected, true))
     return false;
-  bool ok = arena_reserve_os((size_t)reserve, false, smi_option(sm_option_allow_large_os_pages) != 0) == 0;
+  bool ok = arena_reserve_os((size_t)reserve, false, smi_option(sm_option_allow_large_os_pages) != 0, false, NULL) == 0;
   atomic_store(&arena_growing, false);
   return ok;
 }
@@ -310,17 +325,19 @@ static bool mem_limit_allows(size_t size) {
 }
 
 /* Memory for a segment or huge block. *is_zero: whether it reads as zero. avoid_pinned: take huge
- * OS pages only when nothing else is left (a thread's first segments, eager_commit_delay). */
-void *smi_mem_alloc_ex(size_t size, size_t alignment, size_t offset, bool avoid_pinned, bool *is_zero) {
+ * OS pages only when nothing else is left (a thread's first segments, eager_commit_delay).
+ * arena_id: from that arena only (NULL once it is full); 0: arenas that are not exclusive, then
+ * the OS. */
+void *smi_mem_alloc_ex(size_t size, size_t alignment, size_t offset, bool avoid_pinned, int arena_id, bool *is_zero) {
   if (sm_unlikely(atomic_load_explicit(&arenas_state, memory_order_acquire) != INIT_DONE)) smi_arenas_init();
   if (!mem_limit_allows(size)) return NULL;
   *is_zero = true;
-  void *p = arenas_alloc(size, alignment, offset, !avoid_pinned, is_zero);
-  if (p == NULL && os_alloc_allowed()) {
-    if (arena_grow(size)) p = arenas_alloc(size, alignment, offset, !avoid_pinned, is_zero);
+  void *p = arenas_alloc(size, alignment, offset, !avoid_pinned || arena_id != 0, arena_id, is_zero);
+  if (p == NULL && arena_id == 0 && os_alloc_allowed()) {
+    if (arena_grow(size)) p = arenas_alloc(size, alignment, offset, !avoid_pinned, 0, is_zero);
     if (p == NULL) p = os_alloc(size, alignment, offset, !avoid_pinned);
   }
-  if (p == NULL && avoid_pinned) p = arenas_alloc(size, alignment, offset, true, is_zero);
+  if (p == NULL && avoid_pinned && arena_id == 0) p = arenas_alloc(size, alignment, offset, true, 0, is_zero);
   if (p != NULL && !atomic_load_explicit(&smi_mem_ever, memory_order_relaxed))
     atomic_store_explicit(&smi_mem_ever, true, memory_order_relaxed);
   return p;
@@ -330,7 +347,7 @@ void *smi_mem_alloc_ex(size_t size, size_t alignment, size_t offset, bool avoid_
  * refuses, or (disallow_os_alloc) when the arenas are full */
 void *smi_mem_alloc(size_t size, size_t alignment, size_t offset) {
   bool zero;
-  void *p = smi_mem_alloc_ex(size, alignment, offset, false, &zero);
+  void *p = smi_mem_alloc_ex(size, alignment, offset, false, 0, &zero);
   if (p != NULL && !zero) memset(p, 0, size); /* reused huge OS pages, or memory handed over dirty */
   return p;
 }
@@ -399,6 +416,19 @@ bool smi_mem_is_pinned(const void *p) {
   return a != NULL ? a->pinned : smi_os_is_pinned(p, 1);
 }
 
+/* p's exclusive arena, or 0 (segment.c: such memory never goes to the shared cache) */
+int smi_mem_exclusive_arena(const void *p) {
+  smi_arena_t *a = arena_of(p);
+  return a != NULL && a->exclusive ? a->id : 0;
+}
+
+/* an id that sm_..._ex returned */
+bool smi_arena_id_valid(int arena_id) {
+  if (arena_id <= 0 || (size_t)arena_id > arena_count()) return false;
+  smi_arena_t *a = &arenas[arena_id - 1];
+  return atomic_load_explicit(&a->start, memory_order_acquire) != NULL && a->id == arena_id;
+}
+
 /* debug and test queries */
 bool smi_arena_contains(const void *p) { return arena_of(p) != NULL; }
 size_t smi_arenas_count(void) { return arena_count(); }
@@ -407,7 +437,7 @@ size_t smi_arenas_count(void) { return arena_count(); }
 
 /* `pages` 1 GiB pages, contiguous, on `node` (-1: any), one at a time until `deadline` (ms;
  * 0: none) has passed; *got tells how many. They become one pinned arena. */
-static int huge_reserve_at(size_t pages, int node, uint64_t deadline, size_t *got) {
+static int huge_reserve_at(size_t pages, int node, uint64_t deadline, bool exclusive, int *arena_id, size_t *got) {
   *got = 0;
   if (pages == 0) return 0;
   if (SM_GUARD_SIZE != 0) return ENOTSUP; /* guard pages cannot be set inside a huge page */
@@ -428,10 +458,12 @@ static int huge_reserve_at(size_t pages, int node, uint64_t deadline, size_t *go
     smi_os_populate(base + i * SM_HUGE_1G, SM_HUGE_1G); /* the zeroing cost now, not in some malloc */
   }
   if (i < pages) smi_os_free(base + i * SM_HUGE_1G, (pages - i) * SM_HUGE_1G);
-  if (i > 0 && !arena_add(base, i * SM_HUGE_1G, node, true, true, true)) {
+  int id = i > 0 ? arena_add(base, i * SM_HUGE_1G, node, true, true, true, exclusive) : 0;
+  if (i > 0 && id == 0) {
     smi_os_free(base, i * SM_HUGE_1G);
     return ENOMEM;
   }
+  if (id != 0 && arena_id != NULL) *arena_id = id;
   if (i > 0) smi_stat_add(SM_STAT_MMAP_CALLS, (int64_t)i);
   *got = i;
   return err;
@@ -439,7 +471,8 @@ static int huge_reserve_at(size_t pages, int node, uint64_t deadline, size_t *go
 
 /* Spread `pages` over the nodes (numa_nodes of them; 0: all in use), each node getting its share
  * of the remaining time; or (at) all on at_node (-1: any). The first error is returned. */
-static int huge_reserve_spread(size_t pages, size_t numa_nodes, size_t timeout_ms, bool at, int at_node) {
+static int huge_reserve_spread(size_t pages, size_t numa_nodes, size_t timeout_ms, bool at, int at_node, bool exclusive,
+                               int *arena_id) {
   uint64_t start = smi_os_now_ms(), deadline = timeout_ms > 0 ? start + timeout_ms : 0;
   size_t used = smi_os_numa_count(), nodes = used;
   if (numa_nodes > 0 && numa_nodes < nodes) nodes = numa_nodes;
@@ -452,7 +485,7 @@ static int huge_reserve_spread(size_t pages, size_t numa_nodes, size_t timeout_m
     int node = at ? (at_node < 0 ? -1 : (int)((size_t)at_node % used)) : used > 1 ? (int)k : -1;
     int e = ETIMEDOUT;
     if (deadline == 0 || now <= deadline)
-      e = huge_reserve_at(quota, node, deadline == 0 ? 0 : now + (deadline - now) / (nodes - k), &got);
+      e = huge_reserve_at(quota, node, deadline == 0 ? 0 : now + (deadline - now) / (nodes - k), exclusive, arena_id, &got);
     total += got;
     if (err == 0 && quota > 0) err = e;
   }
@@ -485,10 +518,10 @@ void smi_arenas_init(void) {
   if (huge > 0) {
     long timeout = smi_option(sm_option_huge_timeout);
     long at = smi_option(sm_option_reserve_huge_os_pages_at);
-    huge_reserve_spread((size_t)huge, 0, timeout > 0 ? (size_t)timeout : 0, at >= 0, (int)at);
+    huge_reserve_spread((size_t)huge, 0, timeout > 0 ? (size_t)timeout : 0, at >= 0, (int)at, false, NULL);
   }
   long reserve = smi_option(sm_option_reserve_os_memory);
-  if (reserve > 0 && arena_reserve_os((size_t)reserve, false, smi_option(sm_option_allow_large_os_pages) != 0) != 0)
+  if (reserve > 0 && arena_reserve_os((size_t)reserve, false, smi_option(sm_option_allow_large_os_pages) != 0, false, NULL) != 0)
     smi_warning("reserve_os_memory: cannot reserve %ld bytes", reserve);
   if (verbose && smi_option(sm_option_allow_large_os_pages))
     smi_message("large OS pages: %s", hugetlb_2m_usable() ? "2 MiB hugetlb pages, then transparent huge pages"
@@ -496,34 +529,73 @@ void smi_arenas_init(void) {
   atomic_store_explicit(&arenas_state, INIT_DONE, memory_order_release);
 }
 
-int sm_reserve_os_memory(size_t size, bool commit, bool allow_large) {
+int sm_reserve_os_memory_ex(size_t size, bool commit, bool allow_large, bool exclusive, sm_arena_id_t *arena_id) {
   smi_process_init();
   smi_arenas_init();
-  return arena_reserve_os(size, commit, allow_large);
+  return arena_reserve_os(size, commit, allow_large, exclusive, arena_id);
 }
 
-bool sm_manage_os_memory(void *start, size_t size, bool is_committed, bool is_large, bool is_zero, int numa_node) {
+int sm_reserve_os_memory(size_t size, bool commit, bool allow_large) {
+  return sm_reserve_os_memory_ex(size, commit, allow_large, false, NULL);
+}
+
+bool sm_manage_os_memory_ex(void *start, size_t size, bool is_committed, bool is_large, bool is_zero, int numa_node,
+                            bool exclusive, sm_arena_id_t *arena_id) {
   smi_process_init();
   smi_arenas_init();
   uintptr_t s = smi_align_up((uintptr_t)start, SM_SEGMENT_SIZE), e = ((uintptr_t)start + size) & ~(uintptr_t)SM_SEGMENT_MASK;
   if (start == NULL || (uintptr_t)start + size < (uintptr_t)start || e <= s) return false;
   if (e > SM_TF_ADDRESS_LIMIT) return false; /* above 48 bits: see smi_tf_push */
   if (is_large && !smi_os_set_pinned((void *)s, e - s, true)) return false; /* never purged */
-  if (!arena_add((uint8_t *)s, e - s, numa_node < 0 ? -1 : numa_node, is_large, is_committed, is_zero)) {
+  int id = arena_add((uint8_t *)s, e - s, numa_node < 0 ? -1 : numa_node, is_large, is_committed, is_zero, exclusive);
+  if (id == 0) {
     if (is_large) smi_os_set_pinned((void *)s, e - s, false);
     return false;
   }
+  if (arena_id != NULL) *arena_id = id;
   return true;
+}
+
+bool sm_manage_os_memory(void *start, size_t size, bool is_committed, bool is_large, bool is_zero, int numa_node) {
+  return sm_manage_os_memory_ex(start, size, is_committed, is_large, is_zero, numa_node, false, NULL);
 }
 
 int sm_reserve_huge_os_pages_interleave(size_t pages, size_t numa_nodes, size_t timeout_msecs) {
   smi_process_init();
   smi_arenas_init();
-  return huge_reserve_spread(pages, numa_nodes, timeout_msecs, false, -1);
+  return huge_reserve_spread(pages, numa_nodes, timeout_msecs, false, -1, false, NULL);
+}
+
+int sm_reserve_huge_os_pages_at_ex(size_t pages, int numa_node, size_t timeout_msecs, bool exclusive,
+                                   sm_arena_id_t *arena_id) {
+  smi_process_init();
+  smi_arenas_init();
+  return huge_reserve_spread(pages, 1, timeout_msecs, true, numa_node, exclusive, arena_id);
 }
 
 int sm_reserve_huge_os_pages_at(size_t pages, int numa_node, size_t timeout_msecs) {
-  smi_process_init();
-  smi_arenas_init();
-  return huge_reserve_spread(pages, 1, timeout_msecs, true, numa_node);
+  return sm_reserve_huge_os_pages_at_ex(pages, numa_node, timeout_msecs, false, NULL);
+}
+
+void *sm_arena_area(sm_arena_id_t arena_id, size_t *size) {
+  if (size != NULL) *size = 0;
+  if (!smi_arena_id_valid(arena_id)) return NULL;
+  size_t units = 0; /* its entries follow each other (arena_add) */
+  for (size_t i = (size_t)arena_id - 1, n = arena_count(); i < n && arenas[i].id == arena_id; i++) units += arenas[i].units;
+  if (size != NULL) *size = units << SM_SEGMENT_SHIFT;
+  return atomic_load_explicit(&arenas[arena_id - 1].start, memory_order_acquire);
+}
+
+void sm_debug_show_arenas(void) {
+  size_t n = arena_count();
+  smi_message("arenas: %zu", n);
+  for (size_t i = 0; i < n; i++) {
+    smi_arena_t *a = &arenas[i];
+    uint8_t *start = atomic_load_explicit(&a->start, memory_order_acquire);
+    if (start == NULL) continue;
+    smi_message("arena %d%s: %p, %zu MiB, %zu of %zu units in use, %zu committed%s%s, numa node %d", a->id,
+                a->id == (int)i + 1 ? "" : " (continued)", (void *)start, (a->units << SM_SEGMENT_SHIFT) >> 20,
+                bits_count(a->in_use, 0, a->units), a->units, bits_count(a->committed, 0, a->units),
+                a->exclusive ? ", exclusive" : "", a->pinned ? ", pinned (huge OS pages)" : "", a->numa_node);
+  }
 }

@@ -366,6 +366,7 @@ sm_heap_t *smi_heap_shared_part(sm_heap_t *heap) {
     shared = heap_part_new(SM_HEAP_SHARED, smi_new_owner_id());
     if (shared != NULL) {
       shared->parent = heap;
+      shared->tld->arena_id = heap->tld->arena_id;
       __atomic_store_n(&heap->shared, shared, __ATOMIC_RELEASE);
     }
   }
@@ -373,10 +374,11 @@ sm_heap_t *smi_heap_shared_part(sm_heap_t *heap) {
   return shared;
 }
 
-sm_heap_t *sm_heap_new(void) {
+static sm_heap_t *heap_new(int arena_id) {
   if (heap_backing() == NULL) return smi_enomem();
   sm_heap_t *heap = heap_part_new(SM_HEAP_USER, smi_tls_tid);
   if (heap == NULL) return smi_enomem();
+  heap->tld->arena_id = arena_id; /* before any segment: all of them from the arena (segment.c) */
   user_heaps_acquire();
   heap->user_prev = NULL;
   heap->user_next = user_heaps;
@@ -385,6 +387,17 @@ sm_heap_t *sm_heap_new(void) {
   user_heaps_release();
   smi_count_add(SM_COUNT_HEAPS, 1);
   return heap;
+}
+
+sm_heap_t *sm_heap_new(void) { return heap_new(0); }
+
+sm_heap_t *sm_heap_new_in_arena(sm_arena_id_t arena_id) {
+  smi_process_init();
+  if (!smi_arena_id_valid(arena_id)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return heap_new(arena_id);
 }
 
 static void user_heaps_remove(sm_heap_t *heap) {

@@ -214,8 +214,11 @@ bool smi_mem_move_into(void *p, size_t size, size_t purged, void *target);
 void smi_mem_purged(size_t size);
 void smi_mem_unpurged(size_t size);
 extern _Atomic(bool) smi_mem_ever; /* memory was ever handed out by this copy of the library */
-/* *is_zero: whether the memory reads as zero; avoid_pinned: huge OS pages only if nothing else */
-void *smi_mem_alloc_ex(size_t size, size_t alignment, size_t offset, bool avoid_pinned, bool *is_zero);
+/* *is_zero: whether the memory reads as zero; avoid_pinned: huge OS pages only if nothing else;
+ * arena_id: from that arena only (0: any arena that is not exclusive, then the OS) */
+void *smi_mem_alloc_ex(size_t size, size_t alignment, size_t offset, bool avoid_pinned, int arena_id, bool *is_zero);
+int smi_mem_exclusive_arena(const void *p); /* p's exclusive arena's id, or 0 */
+bool smi_arena_id_valid(int arena_id);
 /* huge OS pages: never purge them (it would do nothing), give the segment back instead */
 bool smi_mem_is_pinned(const void *p);
 void smi_arenas_init(void); /* start-up reservations and NUMA detection; from smi_process_init */

@@ -404,7 +404,8 @@ static void segment_cache_release(sm_segment_t *segment, uint64_t now) {
                     : now + (segment->map_size > SM_SEGMENT_SIZE ? (uint64_t)delay : rhythm_delay(&cache_rhythm));
   segment->purged = purged;
   segment->purge_at = purge_at;
-  if (delay == 0 || !segment_cache_push(segment)) {
+  /* an exclusive arena's memory goes straight back to it: the cache serves every thread */
+  if (delay == 0 || segment->arena_excl != 0 || !segment_cache_push(segment)) {
     segment_os_free(segment);
     return;
   }
@@ -421,14 +422,24 @@ void smi_segment_cache_sweep_due(void) {
 }
 
 /* When the OS refuses (address space exhausted, RLIMIT_AS), give back the cached address space
- * and try once more before reporting ENOMEM. */
-static void *os_alloc_or_flush(size_t size, size_t alignment, size_t offset, bool avoid_pinned, bool *zero) {
-  void *p = smi_mem_alloc_ex(size, alignment, offset, avoid_pinned, zero);
-  if (p == NULL && atomic_load_explicit(&segment_cache_count, memory_order_relaxed) > 0) {
+ * and try once more before reporting ENOMEM. (A heap made in an arena takes nothing from the OS
+ * or the cache: arena_id.) */
+static void *os_alloc_or_flush(size_t size, size_t alignment, size_t offset, bool avoid_pinned, int arena_id, bool *zero) {
+  void *p = smi_mem_alloc_ex(size, alignment, offset, avoid_pinned, arena_id, zero);
+  if (p == NULL && arena_id == 0 && atomic_load_explicit(&segment_cache_count, memory_order_relaxed) > 0) {
     smi_segment_cache_flush();
-    p = smi_mem_alloc_ex(size, alignment, offset, avoid_pinned, zero);
+    p = smi_mem_alloc_ex(size, alignment, offset, avoid_pinned, 0, zero);
   }
   return p;
+}
+
+/* Segments of an exclusive arena serve only the heaps made in it. Another tld can come to own one
+ * (sm_heap_delete hands the pages to the deleting thread's heap; that thread's segments may be
+ * abandoned and reclaimed): it keeps the pages it got, but never takes an unused page of such a
+ * segment (they are purged at once instead of waiting on its purge list) nor keeps the segment
+ * once it is empty. */
+static bool tld_may_carve(const sm_tld_t *tld, const sm_segment_t *segment) {
+  return segment->arena_excl == 0 || segment->arena_excl == tld->arena_id;
 }
 
 /* ---- purging unused pages after a delay ---- */
@@ -577,6 +588,7 @@ static void purge_list_join(sm_segment_t *segment, sm_page_t *page, void *tld) {
   (void)segment;
   purge_list_insert(tld, page);
 }
+static void page_purge_now(sm_segment_t *segment, sm_page_t *page, void *tld) { page_purge(segment, page, tld_now(tld)); }
 
 /* ---- segment allocation ---- */
 
@@ -679,7 +691,7 @@ static void segment_cache_split(sm_segment_t *segment, size_t keep) {
 
 static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
   sm_tld_t *tld = heap->tld;
-  sm_segment_t *segment = segment_cache_pop((size_t)heap->thread_id, 1, 1);
+  sm_segment_t *segment = tld->arena_id == 0 ? segment_cache_pop((size_t)heap->thread_id, 1, 1) : NULL;
   if (tld->segment_count >= tld->segment_peak) {
     /* A new high. The unused pages still waiting out their delay could not serve this request
      * (another kind, or runs too short), and keeping them now would add them to the peak: gcc
@@ -699,7 +711,7 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
   } else {
     smi_stat_inc(SM_STAT_SEGMENT_MAP);
     segment = os_alloc_or_flush(SM_SEGMENT_SIZE, SM_SEGMENT_SIZE, 0,
-                                (long)tld->segment_count < smi_option(sm_option_eager_commit_delay), &zero);
+                                (long)tld->segment_count < smi_option(sm_option_eager_commit_delay), tld->arena_id, &zero);
     if (segment == NULL) return NULL;
     segment_map_set(segment, true);
     segment_protect(segment, SM_SEGMENT_SIZE);
@@ -714,6 +726,7 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
   size_t count = medium ? SM_SEGMENT_SIZE / SM_MEDIUM_PAGE_SIZE : SM_SMALL_PAGES_PER_SEGMENT;
   size_t shift = medium ? SM_MEDIUM_PAGE_SHIFT : SM_SMALL_PAGE_SHIFT;
   segment_init_header(segment, kind, count, shift, SM_SEGMENT_SIZE, heap->thread_id, zero);
+  if (!cached) segment->arena_excl = (uint8_t)smi_mem_exclusive_arena(segment);
   if (cached && !zero && smi_option(sm_option_purge_delay) > 0) {
     /* a cached segment still resident: its pages keep the cache's deadline, or those this thread
      * does not use would stay resident for as long as it keeps the segment */
@@ -946,7 +959,7 @@ static void segment_page_release(sm_tld_t *tld, sm_segment_t *segment, sm_page_t
  * send the segment through the cache, dirty, each time: with large blocks in spans that put up
  * to 40 MiB of cached segments into mstress's peak RSS. */
 static bool segment_keep_empty(const sm_tld_t *tld, const sm_segment_t *segment) {
-  if (smi_option(sm_option_purge_delay) == 0 || segment->kind == SM_SEGMENT_HUGE) return false;
+  if (smi_option(sm_option_purge_delay) == 0 || segment->kind == SM_SEGMENT_HUGE || !tld_may_carve(tld, segment)) return false;
   if (segment->kind != SM_SEGMENT_LARGE) {
     const sm_segment_t *first = segment->kind == SM_SEGMENT_SMALL ? tld->small_free.first : tld->medium_free.first;
     return first == NULL || (first == segment && segment->next == NULL);
@@ -981,13 +994,14 @@ void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld) {
     return;
   }
   long delay = smi_option(sm_option_purge_delay);
-  if (delay == 0) page_purge(segment, page, tld_now(tld));
+  bool may_carve = tld_may_carve(tld, segment);
+  if (delay == 0 || (!may_carve && delay > 0)) page_purge(segment, page, tld_now(tld));
   else if (delay > 0) {
     page->purge_at = tld_now(tld) + rhythm_delay(&page_rhythm);
     purge_list_insert(tld, page);
   }
   sm_segment_queue_t *q = segment_free_queue(tld, segment);
-  if (q != NULL && !segment->in_free_queue) {
+  if (q != NULL && !segment->in_free_queue && may_carve) {
     segment_queue_push(q, segment);
     segment->in_free_queue = 1;
   }
@@ -1016,7 +1030,8 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
   sm_segment_t *segment = NULL;
   bool mem_zero = true;
   size_t dirty = map_size; /* unless mem_zero: the mapping's first bytes that may hold old data */
-  if (align == SM_SEGMENT_SIZE) {
+  int arena_id = heap->tld->arena_id;
+  if (align == SM_SEGMENT_SIZE && arena_id == 0) {
     size_t units = map_size >> SM_SEGMENT_SHIFT;
     /* the best-fitting cached mapping; a larger one is split and its rest stays cached, so the
      * usable size stays what sm_good_size says, and resident pages need no new page faults */
@@ -1031,12 +1046,13 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
     }
   }
   if (segment == NULL) {
-    segment = os_alloc_or_flush(map_size, align, align == SM_SEGMENT_SIZE ? 0 : offset, false, &mem_zero);
+    segment = os_alloc_or_flush(map_size, align, align == SM_SEGMENT_SIZE ? 0 : offset, false, arena_id, &mem_zero);
     if (segment == NULL) return smi_enomem();
     segment_protect(segment, map_size);
     if (smi_option(sm_option_populate)) segment_populate(segment, map_size);
   }
   segment_init_header(segment, SM_SEGMENT_HUGE, 1, SM_HUGE_PAGE_SHIFT, map_size, 0, mem_zero);
+  segment->arena_excl = (uint8_t)smi_mem_exclusive_arena(segment);
   sm_page_t *page = &segment->pages[0];
   smi_page_set_start(page, (uint8_t *)segment + offset);
   page->block_size = map_size - offset - SM_GUARD_SIZE;
@@ -1308,21 +1324,37 @@ void smi_segments_abandon(sm_heap_t *heap) {
 }
 
 /* sm_heap_delete: the segments, free queues and pending purges of `from` join `tld` (both locked
- * by the caller), owned by thread_id from now on. */
-static void segment_queue_absorb(sm_segment_queue_t *into, sm_segment_queue_t *from, uintptr_t thread_id) {
+ * by the caller), owned by thread_id from now on. Segments `tld` may not carve (tld_may_carve)
+ * join no queue; the empty ones among them go on `*drop`. */
+static void segment_queue_absorb(sm_tld_t *tld, sm_segment_queue_t *into, sm_segment_queue_t *from, uintptr_t thread_id,
+                                 sm_segment_queue_t *drop) {
   sm_segment_t *s;
   while ((s = from->first) != NULL) {
     segment_queue_remove(from, s);
     atomic_store_explicit(&s->thread_id, thread_id, memory_order_release);
-    segment_queue_push(into, s);
+    if (tld_may_carve(tld, s)) {
+      segment_queue_push(into, s);
+    } else {
+      s->in_free_queue = 0;
+      if (s->used == 0) segment_queue_push(drop, s);
+    }
   }
 }
 
 void smi_segments_absorb(sm_tld_t *tld, sm_tld_t *from, uintptr_t thread_id) {
-  segment_queue_absorb(&tld->small_free, &from->small_free, thread_id);
-  segment_queue_absorb(&tld->medium_free, &from->medium_free, thread_id);
+  /* unused pages that tld may not take go now rather than wait on its list */
+  for (sm_page_t *page = from->purge_first, *next; page != NULL; page = next) {
+    next = page->next;
+    sm_segment_t *segment = smi_page_segment(page);
+    if (tld_may_carve(tld, segment)) continue;
+    purge_list_remove(from, page);
+    page_purge(segment, page, tld_now(tld));
+  }
+  sm_segment_queue_t drop = {NULL, NULL};
+  segment_queue_absorb(tld, &tld->small_free, &from->small_free, thread_id, &drop);
+  segment_queue_absorb(tld, &tld->medium_free, &from->medium_free, thread_id, &drop);
   for (size_t run = 0; run <= SM_SMALL_PAGES_PER_SEGMENT; run++)
-    segment_queue_absorb(&tld->large_free[run], &from->large_free[run], thread_id);
+    segment_queue_absorb(tld, &tld->large_free[run], &from->large_free[run], thread_id, &drop);
   /* merge the purge lists, keeping them ordered by deadline */
   sm_page_t *a = tld->purge_first, *b = from->purge_first, *head = NULL, *tail = NULL;
   while (a != NULL || b != NULL) {
@@ -1342,6 +1374,10 @@ void smi_segments_absorb(sm_tld_t *tld, sm_tld_t *from, uintptr_t thread_id) {
   from->purge_bytes = 0;
   tld->segment_count += from->segment_count;
   from->segment_count = 0;
+  for (sm_segment_t *s; (s = drop.first) != NULL;) {
+    segment_queue_remove(&drop, s);
+    segment_free(s, tld);
+  }
 }
 
 static void segment_reclaim(sm_segment_t *segment, sm_heap_t *heap) {
@@ -1360,11 +1396,13 @@ static void segment_reclaim(sm_segment_t *segment, sm_heap_t *heap) {
     smi_page_queue_push(heap, page, smi_bin_of(page->block_size));
   }
   sm_segment_queue_t *q = segment_free_queue(tld, segment);
-  if (q != NULL && !segment_is_full(segment)) {
+  bool may_carve = tld_may_carve(tld, segment);
+  if (q != NULL && !segment_is_full(segment) && may_carve) {
     segment_queue_push(q, segment);
     segment->in_free_queue = 1;
   }
-  if (smi_option(sm_option_purge_delay) > 0) segment_dirty_unused(segment, purge_list_join, tld); /* due purges */
+  if (smi_option(sm_option_purge_delay) > 0) /* due purges */
+    segment_dirty_unused(segment, may_carve ? purge_list_join : page_purge_now, tld);
   /* pages whose blocks were all freed while abandoned go back (the last one frees the segment) */
   for (size_t i = 0; i < segment->page_count; i++) {
     sm_page_t *page = &segment->pages[i];

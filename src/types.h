@@ -170,6 +170,7 @@ typedef struct sm_segment_s {
   uint8_t kind;
   uint8_t in_free_queue; /* in the tld queue of segments with an unused page */
   uint8_t purged;        /* cached segment whose memory was given back (reads as zero) */
+  uint8_t arena_excl;    /* its memory is in an exclusive arena: that arena's id (else 0) */
   size_t purged_bytes;   /* bytes of it given back and not used since (stats: committed) */
   size_t page_shift;    /* page index = (p - segment) >> page_shift */
   size_t page_count;    /* pages in this segment */
@@ -207,6 +208,7 @@ typedef struct sm_tld_s {
   size_t purge_bytes;             /* their memory */
   size_t exchange_slack;          /* purge_exchange leaves this much of it (segment.c) */
   uint64_t now_ms;                /* last clock reading */
+  int arena_id;                   /* heaps made in an arena: all memory from there (0: anywhere) */
 } sm_tld_t;
 
 /* ---- heaps: one per thread (its backing heap), plus those made with sm_heap_new ----

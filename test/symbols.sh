@@ -30,6 +30,7 @@ sm_names="sm_malloc sm_calloc sm_realloc sm_free sm_malloc_small sm_zalloc sm_ma
   sm_heap_new sm_heap_delete sm_heap_destroy sm_heap_set_default sm_heap_malloc sm_heap_visit_blocks
   sm_option_get sm_option_set sm_stats_print_out sm_stats_get_json sm_process_info
   sm_register_deferred_free sm_thread_done sm_process_done sm_is_redirected sm_reserve_os_memory
+  sm_reserve_os_memory_ex sm_manage_os_memory_ex sm_heap_new_in_arena sm_arena_area
   sm_new sm_new_nothrow sm_new_aligned sm_heap_alloc_new"
 # operator new/delete: plain, array, nothrow, sized, aligned, aligned+nothrow, sized+aligned
 cxx_names="_Znwm _Znam _ZnwmRKSt9nothrow_t _ZnamRKSt9nothrow_t

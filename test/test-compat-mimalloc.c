@@ -529,6 +529,28 @@ static void test_lifecycle_os(void) {
     r = mi_reserve_huge_os_pages(0, 0.01, &reserved);
     CHECK(r == 0 && reserved == 0, "mi_reserve_huge_os_pages(0): expected 0 and 0 reserved, seen %d and %zu", r, reserved);
   }
+  SECTION("arenas by id: mi_reserve_os_memory_ex, mi_manage_os_memory_ex, mi_arena_area, mi_heap_new_in_arena") {
+    mi_arena_id_t id = 0, handed = 0;
+    CHECK_EQ(mi_reserve_os_memory_ex(16u << 20, false, false, true, &id), 0);
+    size_t size = 0;
+    unsigned char *area = (unsigned char *)mi_arena_area(id, &size);
+    CHECK(id > 0 && area != NULL && size == (16u << 20), "an exclusive 16 MiB arena: id %d at %p, %zu bytes", id, (void *)area, size);
+    mi_heap_t *h = mi_heap_new_in_arena(id);
+    unsigned char *p = (unsigned char *)mi_heap_malloc(h, 1000), *q = (unsigned char *)mi_malloc(1000);
+    CHECK(p != NULL && p >= area && p < area + size, "a block of the heap in it: %p, in the arena", (void *)p);
+    CHECK(q != NULL && (q < area || q >= area + size), "a block of the default heap: %p, outside it", (void *)q);
+    mi_free(q);
+    mi_heap_destroy(h);
+    size_t len = 12u << 20;
+    void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    CHECK(mem != MAP_FAILED && mi_manage_os_memory_ex(mem, len, true, false, true, -1, true, &handed) && handed > id,
+          "mi_manage_os_memory_ex: 12 MiB as an exclusive arena (id %d)", handed);
+    CHECK(mi_heap_new_in_arena(0) == NULL, "mi_heap_new_in_arena(0): expected NULL (no such arena)%s", "");
+    mi_arena_id_t none = -7;
+    CHECK(mi_reserve_huge_os_pages_at_ex(0, 0, 10, true, &none) == 0 && none == -7,
+          "mi_reserve_huge_os_pages_at_ex of no pages: expected 0 and no arena, seen id %d", none);
+    mi_debug_show_arenas();
+  }
 }
 
 static void test_posix(void) {

@@ -12,7 +12,8 @@
  * creator: the main thread deletes those heaps after the round, their blocks still in use. A
  * thread's own heap is now and then its default heap for a few calls of the plain API. Now and
  * then a thread reads the statistics, visits its heap, or changes the purge options under the
- * others' feet. Threads come and go in rounds.
+ * others' feet. Threads come and go in rounds. Half of the heaps are made in an exclusive arena
+ * (sm_heap_new_in_arena): every block they hand out must lie in it.
  * Under ThreadSanitizer it found a remote free that wrote into a page after its owner had freed it
  * (page.c, page_wait_notify).
  * With --may-fail (under SHARDMALLOC_MEMORY_LIMIT or ulimit -v) calls may fail, with ENOMEM, and
@@ -47,9 +48,13 @@ typedef struct {
 
 static _Atomic(blk_t *) shared[SLOTS];
 static sm_heap_t *_Atomic round_heaps[64]; /* made by each thread of a round, used by all of them */
+static sm_arena_id_t arena; /* an exclusive arena for heaps made in it (0: could not be reserved) */
+static uint8_t *arena_start;
+static size_t arena_size;
 static int nthreads = 4, rounds = 2;
 static long ops_per_thread = 10000;
 static uint64_t base_seed = 1;
+static atomic_long outside_arena;
 static atomic_long damaged, misaligned, short_usable, not_zero, failed, wrong_errno, heap_lost, ops_done, cross,
     destroyed, in_round_heaps, as_default;
 static bool may_fail; /* --may-fail: under a memory limit calls may fail (with ENOMEM) */
@@ -112,7 +117,13 @@ static bool reads_zero(const void *p, size_t n) {
   return true;
 }
 
-static void block_new(blk_t *b, uint64_t *s, sm_heap_t *heap) {
+/* a heap of its own for a thread, or a round's heap: in the arena now and then */
+static sm_heap_t *heap_new(bool in_arena) { return in_arena && arena != 0 ? sm_heap_new_in_arena(arena) : sm_heap_new(); }
+/* the round heaps of odd index are made in the arena */
+static bool round_heap_in_arena(size_t i) { return i % 2 == 1 && arena != 0; }
+
+/* in_arena: the heap was made in the arena, so the block must lie there */
+static void block_new(blk_t *b, uint64_t *s, sm_heap_t *heap, bool in_arena) {
   b->size = pick_size(s);
   b->align = pick_align(s);
   b->tag = (uint32_t)rnd(s);
@@ -128,6 +139,7 @@ static void block_new(blk_t *b, uint64_t *s, sm_heap_t *heap) {
       break;
     default:
       if (b->align < sizeof(void *)) b->align = sizeof(void *);
+      in_arena = false; /* from the default heap */
       int err = sm_posix_memalign(&b->p, b->align, b->size);
       if (err != 0) {
         b->p = NULL;
@@ -146,6 +158,8 @@ static void block_new(blk_t *b, uint64_t *s, sm_heap_t *heap) {
     default: b->p = heap ? sm_heap_mallocn(heap, 1, b->size) : sm_mallocn(1, b->size); break;
     }
   }
+  if (b->p != NULL && in_arena && ((uint8_t *)b->p < arena_start || (uint8_t *)b->p >= arena_start + arena_size))
+    report(&outside_arena, "a block of a heap made in the arena lies outside it", b);
   if (b->p == NULL) {
     if (errno != ENOMEM) report(&wrong_errno, "allocation failed without ENOMEM", b);
     if (may_fail) atomic_fetch_add(&failed, 1);
@@ -220,6 +234,7 @@ typedef struct {
   uint64_t s;     /* its random state */
   blk_t *mine;    /* its private slots */
   sm_heap_t *heap; /* a heap of its own, now and then */
+  bool heap_in_arena;
 } wstate_t;
 
 static void fork_check(wstate_t *w);
@@ -231,7 +246,7 @@ static void one_op(wstate_t *w) {
   int op = (int)(r % 100);
   if (op < 45) { /* a private slot, maybe in the private heap */
     blk_t *b = &w->mine[(r >> 8) % PRIVATE_SLOTS];
-    if (b->p == NULL) block_new(b, &w->s, w->heap);
+    if (b->p == NULL) block_new(b, &w->s, w->heap, w->heap != NULL && w->heap_in_arena);
     else if ((r >> 40) % 3 == 0) block_resize(b, &w->s);
     else block_free(b, &w->s);
   } else if (op < 90) { /* a shared slot: take it, change it, put it back */
@@ -242,14 +257,15 @@ static void one_op(wstate_t *w) {
         atomic_fetch_add(&failed, 1);
         return;
       }
-      sm_heap_t *h = (r >> 50) % 4 == 0 ? atomic_load(&round_heaps[(r >> 52) % nthreads]) : NULL;
+      size_t k = (size_t)((r >> 52) % (uint64_t)nthreads);
+      sm_heap_t *h = (r >> 50) % 4 == 0 ? atomic_load(&round_heaps[k]) : NULL;
       if (h != NULL) atomic_fetch_add(&in_round_heaps, 1);
-      block_new(b, &w->s, h); /* a heap of any thread of this round: they live until it is over */
+      block_new(b, &w->s, h, h != NULL && round_heap_in_arena(k)); /* a heap of any thread of this round: they live until it is over */
     } else {
       atomic_fetch_add(&cross, 1);
       if ((r >> 40) % 3 == 0) block_resize(b, &w->s);
       else block_free(b, &w->s);
-      if (b->p == NULL) block_new(b, &w->s, NULL);
+      if (b->p == NULL) block_new(b, &w->s, NULL, false);
     }
     if (b->p == NULL) { /* allocation failed (reported) */
       free(b);
@@ -262,7 +278,8 @@ static void one_op(wstate_t *w) {
     }
   } else if (op < 93) {
     if (w->heap == NULL) {
-      w->heap = sm_heap_new();
+      w->heap_in_arena = (r >> 30) % 2 && arena != 0;
+      w->heap = heap_new(w->heap_in_arena);
     } else if ((r >> 20) % 2) { /* destroy: its blocks go with it */
       for (int j = 0; j < PRIVATE_SLOTS; j++)
         if (w->mine[j].p != NULL && sm_heap_contains_block(w->heap, w->mine[j].p)) w->mine[j].p = NULL;
@@ -278,7 +295,7 @@ static void one_op(wstate_t *w) {
     if (b->p == NULL) {
       sm_heap_t *previous = sm_heap_set_default(w->heap);
       if (previous != sm_heap_get_backing()) atomic_fetch_add(&failed, 1);
-      block_new(b, &w->s, NULL);
+      block_new(b, &w->s, NULL, false);
       if (b->p != NULL && !sm_heap_contains_block(w->heap, b->p)) report(&heap_lost, "not in the default heap", b);
       sm_heap_set_default(previous);
       atomic_fetch_add(&as_default, 1);
@@ -378,9 +395,9 @@ static void fork_check(wstate_t *w) {
 
 static void *worker(void *arg) {
   uint64_t s = (base_seed * 0x9E3779B97F4A7C15ull) ^ ((uintptr_t)arg * 0xBF58476D1CE4E5B9ull) ^ 1;
-  atomic_store(&round_heaps[(uintptr_t)arg % 64], sm_heap_new());
+  atomic_store(&round_heaps[(uintptr_t)arg % 64], heap_new(round_heap_in_arena((uintptr_t)arg % 64)));
   pthread_barrier_wait(&round_start);
-  wstate_t w = {s, calloc(PRIVATE_SLOTS, sizeof(blk_t)), NULL};
+  wstate_t w = {s, calloc(PRIVATE_SLOTS, sizeof(blk_t)), NULL, false};
   if (w.mine == NULL) { /* only under a memory limit (SHARDMALLOC_MEMORY_LIMIT) */
     atomic_fetch_add(&failed, 1);
     return NULL;
@@ -414,6 +431,10 @@ int main(int argc, char **argv) {
   }
   for (int i = 1; i < argc; i++) may_fail |= !strcmp(argv[i], "--may-fail");
   if (nthreads < 1 || nthreads > 64) nthreads = 4;
+  /* address space only (nothing is committed until used); under ulimit -v it may be refused */
+  if (sm_reserve_os_memory_ex((size_t)4 << 30, false, false, true, &arena) != 0) arena = 0;
+  arena_start = sm_arena_area(arena, &arena_size);
+  printf("  heaps in an exclusive arena: %s\n", arena != 0 ? "yes (4 GiB)" : "no (the reservation was refused)");
   SECTION("random sm_ API calls across threads and heaps") {
     uint64_t s = base_seed;
     pthread_barrier_init(&round_start, NULL, (unsigned)nthreads);
@@ -438,6 +459,8 @@ int main(int argc, char **argv) {
     }
     CHECK(atomic_load(&damaged) == 0, "expected every block intact, seen %ld damaged", atomic_load(&damaged));
     CHECK(atomic_load(&misaligned) == 0, "expected every block aligned, seen %ld misaligned", atomic_load(&misaligned));
+    CHECK(atomic_load(&outside_arena) == 0, "expected the blocks of heaps made in the arena in it, seen %ld outside",
+          atomic_load(&outside_arena));
     CHECK(atomic_load(&short_usable) == 0, "expected usable sizes >= requests, seen %ld below", atomic_load(&short_usable));
     CHECK(atomic_load(&not_zero) == 0, "expected zeroing calls to zero, seen %ld not", atomic_load(&not_zero));
     if (!may_fail) CHECK(atomic_load(&failed) == 0, "expected no call to fail, seen %ld", atomic_load(&failed));

@@ -302,6 +302,24 @@ MI_SHIM bool mi_manage_os_memory(void *start, size_t size, bool is_committed, bo
                                  int numa_node) mi_attr_noexcept {
   return sm_manage_os_memory(start, size, is_committed, is_large, is_zero, numa_node);
 }
+/* arenas by id: mimalloc's experimental arena API */
+typedef sm_arena_id_t mi_arena_id_t;
+MI_SHIM void *mi_arena_area(mi_arena_id_t arena_id, size_t *size) { return sm_arena_area(arena_id, size); }
+MI_SHIM int mi_reserve_huge_os_pages_at_ex(size_t pages, int numa_node, size_t timeout_msecs, bool exclusive,
+                                           mi_arena_id_t *arena_id) mi_attr_noexcept {
+  return sm_reserve_huge_os_pages_at_ex(pages, numa_node, timeout_msecs, exclusive, arena_id);
+}
+MI_SHIM int mi_reserve_os_memory_ex(size_t size, bool commit, bool allow_large, bool exclusive,
+                                    mi_arena_id_t *arena_id) mi_attr_noexcept {
+  return sm_reserve_os_memory_ex(size, commit, allow_large, exclusive, arena_id);
+}
+MI_SHIM bool mi_manage_os_memory_ex(void *start, size_t size, bool is_committed, bool is_large, bool is_zero,
+                                    int numa_node, bool exclusive, mi_arena_id_t *arena_id) mi_attr_noexcept {
+  return sm_manage_os_memory_ex(start, size, is_committed, is_large, is_zero, numa_node, exclusive, arena_id);
+}
+MI_SHIM mi_heap_t *mi_heap_new_in_arena(mi_arena_id_t arena_id) { return sm_heap_new_in_arena(arena_id); }
+MI_SHIM void mi_debug_show_arenas(void) mi_attr_noexcept { sm_debug_show_arenas(); }
+
 /* deprecated in mimalloc: spread over the NUMA nodes; *pages_reserved is all or nothing (0 or pages) */
 MI_SHIM int mi_reserve_huge_os_pages(size_t pages, double max_secs, size_t *pages_reserved) mi_attr_noexcept {
   size_t timeout = max_secs <= 0 ? 0 : max_secs >= 1e9 ? (size_t)1e12 : (size_t)(max_secs * 1000);

@@ -15,6 +15,10 @@
  *                 on its own
  *   api           no options: no arena for a small program; sm_manage_os_memory (dirty memory is
  *                 handed out zeroed where it must be), sm_reserve_os_memory (commit faults it in)
+ *   ids           arena ids: bad ids refused; an exclusive arena that only heaps made in it use
+ *                 (every kind of block, another thread's too; NULL/ENOMEM once full, all of it
+ *                 back after sm_heap_destroy; after sm_heap_delete the default heap carves no new
+ *                 page there); a shared arena; memory handed over as an exclusive arena
  *   huge1g        sm_reserve_huge_os_pages_at: one 1 GiB page (skipped unless the kernel has one
  *                 free: hugepages.sh makes one where it may), never purged, reused zeroed by calloc
  *   huge1g-option RESERVE_HUGE_OS_PAGES=1: the same page reserved at start-up
@@ -364,6 +368,153 @@ static void case_api(void) {
   }
 }
 
+/* ---------------------------------------------------------------- arena ids */
+static uint8_t *area_start;
+static size_t area_size;
+static bool in_area(const void *p) { return p != NULL && (const uint8_t *)p >= area_start && (const uint8_t *)p < area_start + area_size; }
+
+/* blocks of every kind from heap h: small, medium, large, huge, aligned; how many lie in the area */
+static size_t kinds_in_area(sm_heap_t *h, void **b, size_t *n) {
+  static const size_t sizes[] = {24, 100, 1000, 3000, 40 * KiB, 200 * KiB, 1 * MiB, 3 * MiB, 5 * MiB};
+  size_t inside = 0;
+  *n = 0;
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    for (int k = 0; k < (sizes[i] > MiB ? 1 : 3); k++) { /* 2 huge ones: 12 MiB of the arena in all */
+      void *p = sm_heap_malloc(h, sizes[i]);
+      if (p == NULL) continue;
+      memset(p, 0x33, sizes[i]);
+      inside += in_area(p);
+      b[(*n)++] = p;
+    }
+  }
+  void *a = sm_heap_malloc_aligned(h, 5000, 64 * KiB);
+  if (a != NULL) memset(a, 0x33, 5000), inside += in_area(a), b[(*n)++] = a;
+  return inside;
+}
+
+/* 1 MiB blocks from h until it says no; how many, and the errno of the refusal */
+static size_t fill_heap(sm_heap_t *h, void **b, size_t max, int *err) {
+  size_t n = 0;
+  errno = 0;
+  while (n < max && (b[n] = sm_heap_malloc(h, 1 * MiB)) != NULL) n++;
+  *err = errno;
+  return n;
+}
+
+typedef struct {
+  sm_heap_t *heap;
+  void *got;
+} other_thread_t;
+static void *alloc_from_other_thread(void *arg) {
+  other_thread_t *t = arg;
+  t->got = sm_heap_malloc(t->heap, 5000);
+  return NULL;
+}
+
+static void case_ids(void) {
+  static void *b[256], *m[4000];
+  size_t n, inside;
+  sm_arena_id_t id = 0;
+  SECTION("bad ids: sm_heap_new_in_arena gives NULL with EINVAL, sm_arena_area NULL") {
+    int bad[] = {0, -1, 1, 64, 65, 1 << 20};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      errno = 0;
+      sm_heap_t *h = sm_heap_new_in_arena(bad[i]);
+      CHECK(h == NULL && errno == EINVAL, "id %d: expected NULL/EINVAL, seen %p/%d", bad[i], (void *)h, errno);
+      size_t size = 1;
+      CHECK(sm_arena_area(bad[i], &size) == NULL && size == 0, "sm_arena_area(%d): expected NULL and size 0", bad[i]);
+    }
+    CHECK_EQ(sm_reserve_os_memory_ex(0, false, false, true, &id), EINVAL);
+  }
+  SECTION("an exclusive 64 MiB arena: its id and area; the program's own blocks never land in it") {
+    CHECK_EQ(sm_reserve_os_memory_ex(64 * MiB, false, false, true, &id), 0);
+    area_start = sm_arena_area(id, &area_size);
+    printf("      arena %d at %p, %zu MiB\n", id, (void *)area_start, area_size / MiB);
+    CHECK(id > 0 && area_start != NULL && area_size == 64 * MiB && ((uintptr_t)area_start & (4 * MiB - 1)) == 0,
+          "expected a 64 MiB arena at a 4 MiB boundary, seen id %d at %p, %zu bytes", id, (void *)area_start, area_size);
+    size_t got = alloc_many(m, 4000, 1000, &inside), in = 0;
+    for (size_t i = 0; i < got; i++) in += in_area(m[i]);
+    void *big[8];
+    for (int i = 0; i < 8; i++) in += in_area(big[i] = sm_malloc((size_t)(i + 1) * MiB));
+    CHECK(got == 4000 && in == 0, "4000 small and 8 large or huge blocks of the default heap: %zu in the exclusive arena", in);
+    free_many(m, got);
+    free_many(big, 8);
+  }
+  sm_heap_t *h = sm_heap_new_in_arena(id);
+  SECTION("a heap in the arena: small, medium, large, huge and aligned blocks all come from it") {
+    CHECK(h != NULL, "sm_heap_new_in_arena(%d)", id);
+    if (h == NULL) return;
+    inside = kinds_in_area(h, b, &n);
+    CHECK(n == 24 && inside == n, "%zu blocks, %zu of them in the arena", n, inside);
+    other_thread_t t = {h, NULL};
+    pthread_t th;
+    pthread_create(&th, NULL, alloc_from_other_thread, &t);
+    pthread_join(th, NULL);
+    CHECK(in_area(t.got), "a block another thread took from the heap: %p, in the arena", t.got);
+    sm_free(t.got);
+    free_many(b, n);
+  }
+  SECTION("the arena full: the heap gets NULL with ENOMEM; the default heap goes on") {
+    int err;
+    /* three to a 4 MiB segment (its header takes part of a slot); the heap keeps an empty segment
+     * of each kind it used, and its part for other threads one more */
+    n = fill_heap(h, b, 256, &err);
+    printf("      %zu blocks of 1 MiB before NULL\n", n);
+    CHECK(n >= 36 && n <= 48 && err == ENOMEM, "expected 36-48 blocks, then ENOMEM; seen %zu, errno %d", n, err);
+    void *p = sm_malloc(1 * MiB);
+    CHECK(p != NULL && !in_area(p), "sm_malloc(1 MiB) meanwhile: %p, outside the arena", p);
+    sm_free(p);
+    sm_heap_destroy(h);
+    h = sm_heap_new_in_arena(id);
+    size_t again = fill_heap(h, b, 256, &err);
+    CHECK(again == 48, "after sm_heap_destroy a new heap in the arena gets all 48 (%zu; %zu before)", again, n);
+    sm_heap_destroy(h);
+  }
+  SECTION("sm_heap_delete: the blocks stay valid; the default heap carves no new page in the arena; all comes back") {
+    h = sm_heap_new_in_arena(id);
+    inside = kinds_in_area(h, b, &n);
+    sm_heap_delete(h);
+    size_t intact = 0;
+    for (size_t i = 0; i < n; i++) intact += ((uint8_t *)b[i])[0] == 0x33;
+    CHECK(n == 24 && inside == n && intact == n, "%zu blocks, %zu in the arena, %zu kept their contents after the delete", n,
+          inside, intact);
+    size_t got = alloc_many(m, 4000, 2500, &inside), in = 0; /* a class the arena heap did not use */
+    for (size_t i = 0; i < got; i++) in += in_area(m[i]);
+    CHECK(in == 0, "4000 blocks of 2500 bytes from the default heap: %zu in the arena", in);
+    free_many(m, got);
+    free_many(b, n);
+    sm_collect(true);
+    int err;
+    h = sm_heap_new_in_arena(id);
+    size_t full = fill_heap(h, b, 256, &err);
+    CHECK(full == 48, "once they are freed, a new heap in the arena gets all 48 blocks of 1 MiB: %zu", full);
+    sm_heap_destroy(h);
+  }
+  SECTION("a shared (not exclusive) arena, and memory handed over with sm_manage_os_memory_ex") {
+    sm_arena_id_t shared = 0, handed = 0;
+    CHECK_EQ(sm_reserve_os_memory_ex(32 * MiB, false, false, false, &shared), 0);
+    area_start = sm_arena_area(shared, &area_size);
+    CHECK(shared > id && area_size == 32 * MiB, "a second arena, id %d, %zu MiB", shared, area_size / MiB);
+    h = sm_heap_new_in_arena(shared);
+    inside = kinds_in_area(h, b, &n);
+    CHECK(inside == n, "a heap in it: %zu of %zu blocks in the arena", inside, n);
+    sm_heap_destroy(h);
+    size_t len = 24 * MiB;
+    uint8_t *region = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(sm_manage_os_memory_ex(region, len, true, false, true, -1, true, &handed) && handed > shared,
+          "24 MiB handed over as an exclusive arena: id %d", handed);
+    area_start = sm_arena_area(handed, &area_size);
+    CHECK(area_start >= region && area_start + area_size <= region + len && area_size >= 16 * MiB,
+          "its area %p, %zu MiB, lies in the region", (void *)area_start, area_size / MiB);
+    h = sm_heap_new_in_arena(handed);
+    void *p = sm_heap_calloc(h, 1, 3 * MiB), *q = sm_heap_malloc(h, 100);
+    CHECK(in_area(p) && in_area(q), "a 3 MiB calloc and a 100-byte block from the handed-over arena: %p %p", p, q);
+    if (p != NULL) CHECK_ZERO(p, 3 * MiB);
+    sm_heap_destroy(h);
+    sm_debug_show_arenas();
+  }
+}
+
 /* ---------------------------------------------------------------- 1 GiB pages */
 static void check_huge_arena(const char *how) {
   static void *blocks[256];
@@ -450,7 +601,7 @@ static void case_verbose(void) {
     char *args[] = {"noop", NULL};
     run_child(r, env, args, 60);
     CHECK(child_exited(r, 0), "the child ran: %s%s", child_how(r), child_output(r));
-    CHECK(child_says(r, "arena: reserved 8 MiB"), "the arena reported:%s", child_output(r));
+    CHECK(child_says(r, "arena 1: reserved 8 MiB"), "the arena reported:%s", child_output(r));
     CHECK(child_says(r, "NUMA: 1 node in use") || child_says(r, "NUMA: "), "NUMA reported:%s", child_output(r));
     CHECK(child_says(r, "large OS pages: "), "large pages reported:%s", child_output(r));
     free(r);
@@ -691,7 +842,7 @@ static void case_numa(void) {
 int main(int argc, char **argv) {
   sm_test_name = "test-arena";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s reserve|exhaust|disallow|threads|limit|grow|api|huge1g|huge1g-option|huge1g-timeout|hugetlb2m|thp|numa|numa-use1|verbose\n", argv[0]);
+    fprintf(stderr, "usage: %s reserve|exhaust|disallow|threads|limit|grow|api|ids|huge1g|huge1g-option|huge1g-timeout|hugetlb2m|thp|numa|numa-use1|verbose\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -704,6 +855,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "threads")) case_threads();
   else if (!strcmp(c, "grow")) case_grow();
   else if (!strcmp(c, "api")) case_api();
+  else if (!strcmp(c, "ids")) case_ids();
   else if (!strcmp(c, "huge1g")) case_huge1g();
   else if (!strcmp(c, "huge1g-option")) case_huge1g_option();
   else if (!strcmp(c, "huge1g-timeout")) case_huge1g_timeout();
