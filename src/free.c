@@ -22,6 +22,7 @@ static sm_noinline void free_retire(sm_page_t *page) {
    * sleeps) takes no malloc slow path that would purge them */
   smi_segments_purge_due(heap->tld);
   smi_heap_unlock(heap);
+  smi_purger_consider(heap->tld); /* a thread that frees a burst and goes quiet: purge.c */
 }
 
 /* heap lock held */

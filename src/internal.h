@@ -297,6 +297,7 @@ void smi_purger_want(void);
 /* the purger's thread: a memory barrier on every thread of the process (false if unavailable) */
 bool smi_purger_barrier(void);
 void smi_purger_maybe_start(void);
+void smi_purger_consider(const sm_tld_t *tld); /* maybe_start, or start one for a lone allocating thread */
 void smi_purger_stop(void);
 size_t smi_threads_live(void); /* init.c: threads with a heap */
 bool smi_purger_running(void);

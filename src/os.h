@@ -42,6 +42,9 @@ typedef struct smi_os_process_info_s {
   uint64_t minor_faults, major_faults;
 } smi_os_process_info_t;
 void smi_os_process_info(smi_os_process_info_t *info);
+/* threads the process has now (0: unknown); allocates nothing */
+size_t smi_os_thread_count(void);
+bool smi_os_single_threaded(void); /* known to have had one thread only, without a system call */
 /* Make every thread of the process execute a full memory barrier before this returns, so that
  * whatever any thread stored before it is visible to the caller afterwards (Linux membarrier).
  * smi_os_barrier_init registers for it once; both return false where the OS cannot do it. */

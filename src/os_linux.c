@@ -303,6 +303,32 @@ void smi_os_process_info(smi_os_process_info_t *info) {
   errno = saved;
 }
 
+/* glibc >= 2.32: false once the process has started a second thread (it stays false after they
+ * end); absent elsewhere (musl) */
+extern char __libc_single_threaded __attribute__((weak));
+
+bool smi_os_single_threaded(void) { return &__libc_single_threaded != NULL && __libc_single_threaded; }
+
+size_t smi_os_thread_count(void) {
+  if (smi_os_single_threaded()) return 1; /* no read needed */
+  int saved = errno;
+  size_t threads = 0;
+  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char buf[1024];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n > 0) {
+      buf[n] = 0;
+      const char *s = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+      for (int field = 2; s != NULL && *s != 0 && field < 20; s++) field += *s == ' '; /* to field 20 */
+      while (s != NULL && *s >= '0' && *s <= '9') threads = threads * 10 + (size_t)(*s++ - '0');
+    }
+  }
+  errno = saved;
+  return threads;
+}
+
 const char *smi_os_getenv(const char *name) {
   if (getauxval(AT_SECURE)) return NULL; /* as secure_getenv: setuid programs ignore it */
   if (environ == NULL) return NULL;

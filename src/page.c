@@ -781,7 +781,7 @@ static void *malloc_generic(sm_heap_t *heap, size_t size, bool zero, bool may_bo
   void *p = malloc_generic_locked(heap, size, bin, zero, may_borrow);
   if (lock) {
     smi_heap_unlock(heap);
-    smi_purger_maybe_start();
+    smi_purger_consider(heap->tld);
   }
   return p;
 }

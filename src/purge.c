@@ -18,7 +18,13 @@
  * ago): there the last pass would purge the memory the next round's threads are about to adopt,
  * and they would fault it all in again (mstress: 100,000 page faults a run; 70,000 this way). The
  * purger then stays one more tick; if no thread has started by then, it does the last pass
- * itself and ends. */
+ * itself and ends.
+ * A process with one allocating thread among others that never allocate (redis: its background
+ * threads) is not single-threaded, and its one heap has nobody to give back what it frees in a
+ * burst before it goes quiet (a FLUSHALL kept all 18 MiB resident). So when that thread has
+ * purges pending and no purger runs, it looks (at most once a second, /proc/self/stat) whether
+ * the process has other threads, and if so starts the purger, which ends by itself once the
+ * process is down to that thread (and the purger) again. */
 #include "internal.h"
 
 #include <pthread.h>
@@ -43,6 +49,9 @@ static _Atomic(sm_heap_t *) heaps_all; /* every heap, linked by all_next; append
  * threads ended meanwhile waited that long for the purger to be joined (cache-thrash-N: 14 ms a
  * run against 8.4 ms without a purger). */
 static _Atomic(int) purger_barrier_state;
+#define SM_LONE_LOOK_MS 1000
+static _Atomic(bool) purger_lone;      /* started for a lone allocating thread (smi_purger_consider) */
+static _Atomic(uint64_t) lone_look_at; /* when the thread count may be read again */
 
 bool smi_purger_barrier(void) {
   int state = atomic_load_explicit(&purger_barrier_state, memory_order_relaxed);
@@ -97,6 +106,7 @@ void smi_purger_fork_child(void) { /* it did not survive fork */
   purger_wake = fresh_cond;
   purger_stop = false;
   purger_linger_until = 0;
+  atomic_store(&purger_lone, false);
   atomic_store(&purger_barrier_state, 0); /* the child is a new process to the kernel: register again */
   for (sm_heap_t *heap = atomic_load(&heaps_all); heap != NULL; heap = heap->all_next) {
     smi_huge_fork_child(heap); /* its list of huge blocks: lock let go, back links mended */
@@ -152,12 +162,9 @@ static void purger_last_pass(void) {
   smi_segment_cache_purge_all();
 }
 
-/* A lingering purger whose tick has come: a thread has started since (keep running), or it does
- * the last pass and ends (true). Called and returns with purger_mutex held. */
-static bool purger_linger_over(void) {
-  if (purger_linger_until == 0 || smi_os_now_ms() < purger_linger_until) return false;
-  purger_linger_until = 0;
-  if (smi_threads_live() >= 2) return false;
+/* The purger does the last pass itself and ends (true), unless it is being stopped meanwhile
+ * (then the stopper joins it). Called and returns with purger_mutex held. */
+static bool purger_end_self(void) {
   pthread_mutex_unlock(&purger_mutex);
   atomic_fetch_add(&purger_busy, 1);
   if (!atomic_load(&fork_pending)) purger_last_pass();
@@ -165,8 +172,19 @@ static bool purger_linger_over(void) {
   int state = PURGER_RUNNING;
   pthread_mutex_lock(&purger_mutex);
   if (!atomic_compare_exchange_strong(&purger_state, &state, PURGER_OFF)) return false; /* being stopped: joined */
+  atomic_store(&purger_lone, false);
   pthread_detach(pthread_self());
   return true;
+}
+
+/* A lingering purger whose tick has come: a thread has started since (keep running), or it ends.
+ * One started for a lone allocating thread ends once the process has no other thread. */
+static bool purger_linger_over(void) {
+  if (atomic_load(&purger_lone) && smi_threads_live() <= 1 && smi_os_thread_count() <= 2) return purger_end_self();
+  if (purger_linger_until == 0 || smi_os_now_ms() < purger_linger_until) return false;
+  purger_linger_until = 0;
+  if (smi_threads_live() >= 2) return false;
+  return purger_end_self();
 }
 
 static void *purger_main(void *arg) {
@@ -217,12 +235,30 @@ void smi_purger_stop(void) {
   pthread_cond_signal(&purger_wake);
   pthread_mutex_unlock(&purger_mutex);
   pthread_join(purger_thread, NULL);
+  atomic_store(&purger_lone, false);
   pthread_mutex_lock(&purger_mutex);
   purger_stop = false;
   purger_linger_until = 0;
   pthread_mutex_unlock(&purger_mutex);
   purger_last_pass();
   atomic_store(&purger_state, PURGER_OFF);
+}
+
+/* The end of a slow path of the thread that owns `tld`, no lock held: start a wanted purger, or
+ * one for a lone allocating thread (top of the file). */
+void smi_purger_consider(const sm_tld_t *tld) {
+  if (sm_likely(atomic_load_explicit(&purger_state, memory_order_relaxed) != PURGER_OFF)) {
+    smi_purger_maybe_start();
+    return;
+  }
+  if ((tld->purge_first == NULL && !smi_segment_cache_pending()) || smi_os_single_threaded()) return;
+  uint64_t now = smi_os_now_ms(), at = atomic_load_explicit(&lone_look_at, memory_order_relaxed);
+  if (now < at || smi_option(sm_option_background_purge) == 0 ||
+      !atomic_compare_exchange_strong(&lone_look_at, &at, now + SM_LONE_LOOK_MS) || smi_os_thread_count() < 2)
+    return;
+  int expected = PURGER_OFF;
+  atomic_store(&purger_lone, true);
+  if (atomic_compare_exchange_strong(&purger_state, &expected, PURGER_WANTED)) smi_purger_maybe_start();
 }
 
 /* Called at the end of slow paths, with no lock held: pthread_create itself allocates (and a

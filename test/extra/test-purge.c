@@ -15,6 +15,10 @@
  *                  mapping stays cached, resident, for the next huge request;
  *   madv-free      SHARDMALLOC_PURGE_DECOMMITS=0 (MADV_FREE): sm_collect returns, reused memory
  *                  holds what is written, calloc'ed memory reads 0;
+ *   lone           one thread allocates 64 MiB of small blocks and frees them, while two threads
+ *                  that never allocate sleep: its heap's RSS falls below 10% of the peak within
+ *                  a second (the purger starts for it); once those threads are joined, the
+ *                  purger ends by itself;
  *   no-background  SHARDMALLOC_BACKGROUND_PURGE=0: no extra thread while two threads allocate;
  *   background     default: a thread named "shardmalloc" appears while two threads allocate and
  *                  is gone after the second one is joined;
@@ -427,6 +431,52 @@ static long purger_tid(void) {
   long tid;
   scan_tasks(&named, &tid);
   return tid;
+}
+
+/* ---------------------------------------------------------------- lone */
+static int lone_pipe[2];
+static void *lone_sleeper(void *arg) { /* never allocates: blocks in read until the end */
+  (void)arg;
+  char c;
+  while (read(lone_pipe[0], &c, 1) < 0 && errno == EINTR) {}
+  return NULL;
+}
+
+static void case_lone(void) {
+  SECTION("one allocating thread among two that never do: 64 MiB freed, RSS < 10% of peak in 1 s; the purger ends with them") {
+    enum { N = (64 * MiB) / 64 };
+    void **p = map_array(N * sizeof(void *));
+    CHECK_EQ(pipe(lone_pipe), 0);
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, lone_sleeper, NULL);
+    size_t base = rss_now();
+    for (size_t i = 0; i < N; i++) {
+      p[i] = malloc(64);
+      memset(p[i], 1, 64);
+    }
+    size_t peak = rss_now() - base;
+    for (size_t i = 0; i < N; i++) free(p[i]);
+    size_t last;
+    double took = wait_rss_below(base, peak / 10, 3.0, &last);
+    int named = 0, n = count_tasks(&named);
+    printf("      heap RSS: peak %zu MiB, %zu MiB after %.3f s; %d tasks, %d named \"shardmalloc\"\n", peak / MiB,
+           last / MiB, took < 0 ? 3.0 : took, n, named);
+    CHECK(took >= 0, "expected heap RSS below 10%% of the peak (%zu MiB) within 3 s (spec: 1 s), seen %zu MiB",
+          peak / 10 / MiB, last / MiB);
+    CHECK(named == 1, "expected the purger (\"shardmalloc\") running meanwhile, seen %d", named);
+    if (took > 1.0) printf("      note: took %.3f s, more than the spec's 1 s (allowed on a loaded machine)\n", took);
+    CHECK_EQ(write(lone_pipe[1], "xx", 2), 2);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    double t1 = now_s();
+    do {
+      n = count_tasks(&named);
+      if (named == 0) break;
+      sleep_ms(10);
+    } while (now_s() - t1 < 3.0);
+    printf("      after the join: %d task(s), %d named \"shardmalloc\" (waited %.3f s)\n", n, named, now_s() - t1);
+    CHECK(named == 0 && n == 1, "expected the purger gone once the other threads were, seen %d tasks, %d named", n, named);
+    munmap(p, N * sizeof(void *));
+  }
 }
 
 static void case_background(bool enabled) {
@@ -1394,6 +1444,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "madv-free")) case_madv_free();
   else if (!strcmp(c, "no-background")) case_background(false);
   else if (!strcmp(c, "background")) case_background(true);
+  else if (!strcmp(c, "lone")) case_lone();
   else if (!strcmp(c, "huge-realloc")) case_huge_realloc();
   else if (!strcmp(c, "prefault")) case_prefault();
   else if (!strcmp(c, "adaptive")) case_adaptive();
