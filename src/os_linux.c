@@ -272,6 +272,23 @@ void smi_os_write_stderr(const char *buf, size_t len) {
   errno = saved;
 }
 
+/* ---- small file reads (/proc, sysfs), without stdio: nothing here may allocate ---- */
+
+static ssize_t os_read_text(const char *path, char *buf, size_t size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  size_t len = 0;
+  for (;;) {
+    ssize_t n = read(fd, buf + len, size - 1 - len);
+    if (n <= 0) break;
+    len += (size_t)n;
+    if (len == size - 1) break;
+  }
+  close(fd);
+  buf[len] = 0;
+  return (ssize_t)len;
+}
+
 void smi_os_process_info(smi_os_process_info_t *info) {
   int saved = errno;
   memset(info, 0, sizeof *info);
@@ -283,21 +300,15 @@ void smi_os_process_info(smi_os_process_info_t *info) {
     info->minor_faults = (uint64_t)ru.ru_minflt;
     info->major_faults = (uint64_t)ru.ru_majflt;
   }
-  /* current RSS: the second field of /proc/self/statm, in pages (read(2): stdio would allocate) */
-  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    char buf[128];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n > 0) {
-      buf[n] = 0;
-      const char *s = buf;
-      while (*s >= '0' && *s <= '9') s++;
-      while (*s == ' ') s++;
-      uint64_t pages = 0;
-      while (*s >= '0' && *s <= '9') pages = pages * 10 + (uint64_t)(*s++ - '0');
-      info->current_rss = pages * os_page_size;
-    }
+  /* current RSS: the second field of /proc/self/statm, in pages */
+  char buf[128];
+  if (os_read_text("/proc/self/statm", buf, sizeof buf) > 0) {
+    const char *s = buf;
+    while (*s >= '0' && *s <= '9') s++;
+    while (*s == ' ') s++;
+    uint64_t pages = 0;
+    while (*s >= '0' && *s <= '9') pages = pages * 10 + (uint64_t)(*s++ - '0');
+    info->current_rss = pages * os_page_size;
   }
   if (info->peak_rss < info->current_rss) info->peak_rss = info->current_rss; /* sampled apart */
   errno = saved;
@@ -313,17 +324,11 @@ size_t smi_os_thread_count(void) {
   if (smi_os_single_threaded()) return 1; /* no read needed */
   int saved = errno;
   size_t threads = 0;
-  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    char buf[1024];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n > 0) {
-      buf[n] = 0;
-      const char *s = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
-      for (int field = 2; s != NULL && *s != 0 && field < 20; s++) field += *s == ' '; /* to field 20 */
-      while (s != NULL && *s >= '0' && *s <= '9') threads = threads * 10 + (size_t)(*s++ - '0');
-    }
+  char buf[1024];
+  if (os_read_text("/proc/self/stat", buf, sizeof buf) > 0) {
+    const char *s = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    for (int field = 2; s != NULL && *s != 0 && field < 20; s++) field += *s == ' '; /* to field 20 */
+    while (s != NULL && *s >= '0' && *s <= '9') threads = threads * 10 + (size_t)(*s++ - '0');
   }
   errno = saved;
   return threads;
@@ -341,22 +346,6 @@ const char *smi_os_getenv(const char *name) {
 
 char **smi_os_environ(void) { return getauxval(AT_SECURE) ? NULL : environ; }
 
-/* ---- small file reads (sysfs), without stdio: nothing here may allocate ---- */
-
-static ssize_t os_read_text(const char *path, char *buf, size_t size) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  size_t len = 0;
-  for (;;) {
-    ssize_t n = read(fd, buf + len, size - 1 - len);
-    if (n <= 0) break;
-    len += (size_t)n;
-    if (len == size - 1) break;
-  }
-  close(fd);
-  buf[len] = 0;
-  return (ssize_t)len;
-}
 
 static char *os_append(char *dst, char *end, const char *s) {
   while (*s && dst < end - 1) *dst++ = *s++;

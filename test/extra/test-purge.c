@@ -426,6 +426,18 @@ static int count_tasks(int *named) {
   long tid;
   return scan_tasks(named, &tid);
 }
+/* poll (up to 3 s) until no thread is named "shardmalloc"; the task count then, and the names */
+static int wait_purger_gone(int *named) {
+  double t1 = now_s();
+  int n;
+  do {
+    n = count_tasks(named);
+    if (*named == 0) break;
+    sleep_ms(10);
+  } while (now_s() - t1 < 3.0);
+  printf("      after the join: %d task(s), %d named \"shardmalloc\" (waited %.3f s)\n", n, *named, now_s() - t1);
+  return n;
+}
 static long purger_tid(void) {
   int named;
   long tid;
@@ -467,13 +479,7 @@ static void case_lone(void) {
     if (took > 1.0) printf("      note: took %.3f s, more than the spec's 1 s (allowed on a loaded machine)\n", took);
     CHECK_EQ(write(lone_pipe[1], "xx", 2), 2);
     for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-    double t1 = now_s();
-    do {
-      n = count_tasks(&named);
-      if (named == 0) break;
-      sleep_ms(10);
-    } while (now_s() - t1 < 3.0);
-    printf("      after the join: %d task(s), %d named \"shardmalloc\" (waited %.3f s)\n", n, named, now_s() - t1);
+    n = wait_purger_gone(&named);
     CHECK(named == 0 && n == 1, "expected the purger gone once the other threads were, seen %d tasks, %d named", n, named);
     munmap(p, N * sizeof(void *));
   }
@@ -506,14 +512,7 @@ static void case_background(bool enabled) {
     if (enabled) {
       printf("      while 2 threads allocate: up to %d tasks, \"shardmalloc\" thread seen after %.3f s\n", max_tasks, seen_at);
       CHECK(max_named == 1, "expected one thread named \"shardmalloc\" while two threads allocate, seen %d", max_named);
-      int n = 0;
-      double t1 = now_s();
-      do {
-        n = count_tasks(&named);
-        if (named == 0) break;
-        sleep_ms(10);
-      } while (now_s() - t1 < 3.0);
-      printf("      after the join: %d task(s), %d named \"shardmalloc\" (waited %.3f s)\n", n, named, now_s() - t1);
+      int n = wait_purger_gone(&named);
       CHECK(named == 0, "expected the \"shardmalloc\" thread gone after the second thread was joined, seen %d", named);
       CHECK(n == 1, "expected 1 task after the join, seen %d", n);
     } else {
