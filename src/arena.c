@@ -219,7 +219,7 @@ static void *arenas_alloc(size_t size, size_t alignment, size_t offset, bool pin
 /* ---- memory from the OS ---- */
 
 static bool hugetlb_2m_usable(void) {
-  if (SM_GUARD_SIZE != 0 || !smi_option(sm_option_allow_large_os_pages)) return false; /* guard pages need 4 KiB pages */
+  if (SM_SECURE || !smi_option(sm_option_allow_large_os_pages)) return false; /* no guard page inside a 2 MiB page */
   int state = atomic_load_explicit(&hugetlb_state, memory_order_relaxed);
   if (state == 0) {
     state = smi_os_hugetlb_free(SM_HUGE_2M) > 0 ? 1 : 2;
@@ -263,7 +263,7 @@ static int arena_reserve_os(size_t size, bool commit, bool allow_large, bool exc
   uint8_t *p = NULL;
   bool pinned = false;
   /* the pool's count decides here (not the backoff of per-segment tries): one look per arena */
-  if (allow_large && SM_GUARD_SIZE == 0 && smi_os_hugetlb_free(SM_HUGE_2M) >= size / SM_HUGE_2M)
+  if (allow_large && !SM_SECURE && smi_os_hugetlb_free(SM_HUGE_2M) >= size / SM_HUGE_2M)
     pinned = (p = os_alloc_hugetlb(size, -1)) != NULL;
   if (p == NULL) {
     p = smi_os_alloc_aligned(size, SM_SEGMENT_SIZE, 0);
@@ -366,7 +366,7 @@ void smi_mem_free(void *p, size_t size, size_t purged) {
    * pinned; the units' committed state is ours again */
   size_t i = (size_t)((uint8_t *)p - atomic_load_explicit(&a->start, memory_order_relaxed)) >> SM_SEGMENT_SHIFT;
   size_t n = (size + SM_SEGMENT_MASK) >> SM_SEGMENT_SHIFT;
-  if (SM_GUARD_SIZE != 0) smi_os_unprotect(p, n << SM_SEGMENT_SHIFT); /* its next use may put guards elsewhere */
+  if (SM_SECURE) smi_os_unprotect(p, n << SM_SEGMENT_SHIFT); /* its next use may put guards elsewhere */
   if (!a->pinned) {
     bool zero = smi_os_purge(p, n << SM_SEGMENT_SHIFT, true);
     smi_stat_add(SM_STAT_PURGED, (int64_t)((n << SM_SEGMENT_SHIFT) - purged));
@@ -440,7 +440,7 @@ size_t smi_arenas_count(void) { return arena_count(); }
 static int huge_reserve_at(size_t pages, int node, uint64_t deadline, bool exclusive, int *arena_id, size_t *got) {
   *got = 0;
   if (pages == 0) return 0;
-  if (SM_GUARD_SIZE != 0) return ENOTSUP; /* guard pages cannot be set inside a huge page */
+  if (SM_SECURE) return ENOTSUP; /* guard pages cannot be set inside a huge page */
   if (pages > ((size_t)1 << 14)) return EINVAL;
   uint8_t *base = smi_os_reserve_aligned(pages * SM_HUGE_1G, SM_HUGE_1G);
   if (base == NULL) return ENOMEM;

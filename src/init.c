@@ -54,7 +54,7 @@ void smi_process_init(void) {
     smi_options_init();
 #if SM_SECURE
     if (!smi_guard_pages() && smi_option(sm_option_verbose))
-      smi_message("secure build on %zu KiB OS pages: no guard pages (they need 4 KiB pages); the other checks stay",
+      smi_message("secure build on %zu KiB OS pages: no guard pages (they need pages of at most 16 KiB); the other checks stay",
                   smi_os_page_size() / 1024);
 #endif
     if (smi_option(sm_option_show_stats)) smi_os_stderr_keep(); /* printed at exit */

@@ -61,10 +61,15 @@ typedef struct smi_read_mostly_s {
 extern smi_read_mostly_t smi_read_mostly;
 #if SM_SECURE
 void smi_free_options_update(void); /* after the secret or those options change (options.c) */
-/* Guard pages are SM_GUARD_SIZE (4 KiB) in a fixed layout: a kernel with larger pages (16 or 64
- * KiB on some aarch64 systems) cannot protect them alone, so the secure build runs without them
- * there (verbose says so); its other defences do not depend on the page size. */
-static inline bool smi_guard_pages(void) { return smi_os_page_size() <= SM_GUARD_SIZE; }
+/* A guard page is one OS page after the 16 KiB header area: 4 KiB, or 16 KiB on kernels with 16
+ * KiB pages (some aarch64 systems; the header area is then one OS page). On a kernel with 64 KiB
+ * pages a guard would take whole small pages, so the secure build keeps the 4 KiB layout there
+ * unprotected (verbose says so); its other defences do not depend on the page size. */
+static inline size_t smi_guard_size(void) {
+  size_t os_page = smi_os_page_size();
+  return os_page <= SM_SECURE_HEADER_SIZE ? os_page : SM_OS_PAGE_SIZE;
+}
+static inline bool smi_guard_pages(void) { return smi_os_page_size() <= SM_SECURE_HEADER_SIZE; }
 #endif
 extern SM_TLS sm_heap_t *smi_tls_backing; /* this thread's own heap (NULL before init) */
 sm_heap_t *smi_thread_init(void);       /* returns the new heap, or NULL when out of memory */

@@ -628,10 +628,11 @@ static void segment_populate(sm_segment_t *segment, size_t size) {
 #endif
 }
 
-_Static_assert(sizeof(sm_segment_t) + sizeof(sm_page_t) <= SM_HUGE_HEADER_SIZE, "a huge header fits one page");
 #if SM_SECURE
 _Static_assert(sizeof(sm_segment_t) + SM_SMALL_PAGES_PER_SEGMENT * sizeof(sm_page_t) <= SM_SECURE_HEADER_SIZE,
-               "every header fits the secure header area");
+               "every header (huge ones too) fits the secure header area");
+#else
+_Static_assert(sizeof(sm_segment_t) + sizeof(sm_page_t) <= SM_HUGE_HEADER_SIZE, "a huge header fits one page");
 #endif
 _Static_assert(sizeof(sm_segment_t) + SM_SMALL_PAGES_PER_SEGMENT * sizeof(sm_page_t) <= SM_SMALL_PAGE_SIZE / 4,
                "segment metadata stays a small part of the first page");

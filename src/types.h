@@ -59,9 +59,10 @@
 /* Secure builds put a PROT_NONE guard page after every segment header and at the end of every
  * segment, so a linear overflow reaches neither metadata nor the next segment. The header area
  * is then the same for every kind (16 KiB), so guards stay in place when a cached segment is
- * reused as another kind. */
+ * reused as another kind. A guard is one OS page, 4 or 16 KiB (smi_guard_size, internal.h): the
+ * layout is fixed at start-up. */
 #if SM_SECURE
-#define SM_GUARD_SIZE SM_OS_PAGE_SIZE
+#define SM_GUARD_SIZE smi_guard_size()
 #define SM_SECURE_HEADER_SIZE (4 * SM_OS_PAGE_SIZE)
 #define SM_HUGE_HEADER_SIZE (SM_SECURE_HEADER_SIZE + SM_GUARD_SIZE) /* where a huge block starts */
 #define SM_QUARANTINE_MAX 256

@@ -7,7 +7,9 @@
 # Until 2026-11-26 calloc could return memory that was not zero there (a cached segment's first
 # OS page was taken as purged), and the secure build's 4 KiB guard pages covered 12 KiB of blocks
 # on 16 KiB pages (a crash at the first allocation).
-# A few memory-return cases of extra/test-purge.c run too (a purge reaches whole OS pages only).
+# A few memory-return cases of extra/test-purge.c run too (a purge reaches whole OS pages only),
+# and pagesize-guards.c checks the secure build's guard pages: 16 KiB ones on 16 KiB pages (until
+# 2026-11-27 there were none there), none on 64 KiB pages.
 # Sections that cannot pass in a static program (dlsym) or that check release-only promises
 # (exact usable sizes, realloc in place: see extra/suite-preload.sh) may fail; nothing else may.
 # usage: pagesize.sh SOURCE-DIR WORK-DIR CC
@@ -27,7 +29,7 @@ for config in release secure debug; do
                extra/test-purge@delay-0@SHARDMALLOC_PURGE_DELAY=0 extra/test-purge@madv-free@SHARDMALLOC_PURGE_DECOMMITS=0
                extra/test-purge@huge-split@SHARDMALLOC_PURGE_DELAY=60000 extra/test-purge@huge-realloc
                extra/test-purge@idle-heap" ;;
-    secure) defs="-DSM_SECURE=1" progs="test-smapi test-fuzz test-huge-threads" ;;
+    secure) defs="-DSM_SECURE=1" progs="test-smapi test-fuzz test-huge-threads pagesize-guards" ;;
     debug) defs="-DSM_DEBUG=1" progs="test-smapi test-fuzz" ;;
   esac
   obj="$work/shardmalloc-$config.o"
