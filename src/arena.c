@@ -43,6 +43,7 @@ typedef struct smi_arena_s {
   int numa_node;            /* -1: any */
   bool pinned;              /* never purged: units keep their memory and contents */
   bool exclusive;           /* only heaps made in it take its memory */
+  _Atomic(bool) bound;      /* a heap was made in it (smi_arena_bind) */
   int id;                   /* the public id: its first entry's index + 1 */
   smi_bitmap_t in_use;      /* handed out */
   smi_bitmap_t committed;   /* holds memory counted in COMMITTED */
@@ -422,6 +423,23 @@ int smi_mem_exclusive_arena(const void *p) {
   return a != NULL && a->exclusive ? a->id : 0;
 }
 
+/* p lies in an arena that heaps made in it take memory from (an exclusive one, or one such a heap
+ * was made in): segment.c gives what is freed there straight back, never to the shared segment
+ * cache, which those heaps do not take from */
+bool smi_mem_arena_has_heaps(const void *p) {
+  smi_arena_t *a = arena_of(p);
+  return a != NULL && (a->exclusive || atomic_load_explicit(&a->bound, memory_order_relaxed));
+}
+
+/* sm_heap_new_in_arena: true the first time for this arena */
+bool smi_arena_bind(int arena_id) {
+  bool first = false;
+  for (size_t i = 0, n = arena_count(); i < n; i++) {
+    if (arenas[i].id == arena_id && !atomic_exchange(&arenas[i].bound, true)) first = true;
+  }
+  return first;
+}
+
 /* an id that sm_..._ex returned */
 bool smi_arena_id_valid(int arena_id) {
   if (arena_id <= 0 || (size_t)arena_id > arena_count()) return false;
@@ -529,7 +547,9 @@ void smi_arenas_init(void) {
   atomic_store_explicit(&arenas_state, INIT_DONE, memory_order_release);
 }
 
+/* the _ex forms: *arena_id is 0 unless an arena was made (as mimalloc's "none") */
 int sm_reserve_os_memory_ex(size_t size, bool commit, bool allow_large, bool exclusive, sm_arena_id_t *arena_id) {
+  if (arena_id != NULL) *arena_id = 0;
   smi_process_init();
   smi_arenas_init();
   return arena_reserve_os(size, commit, allow_large, exclusive, arena_id);
@@ -541,6 +561,7 @@ int sm_reserve_os_memory(size_t size, bool commit, bool allow_large) {
 
 bool sm_manage_os_memory_ex(void *start, size_t size, bool is_committed, bool is_large, bool is_zero, int numa_node,
                             bool exclusive, sm_arena_id_t *arena_id) {
+  if (arena_id != NULL) *arena_id = 0;
   smi_process_init();
   smi_arenas_init();
   uintptr_t s = smi_align_up((uintptr_t)start, SM_SEGMENT_SIZE), e = ((uintptr_t)start + size) & ~(uintptr_t)SM_SEGMENT_MASK;
@@ -568,6 +589,7 @@ int sm_reserve_huge_os_pages_interleave(size_t pages, size_t numa_nodes, size_t 
 
 int sm_reserve_huge_os_pages_at_ex(size_t pages, int numa_node, size_t timeout_msecs, bool exclusive,
                                    sm_arena_id_t *arena_id) {
+  if (arena_id != NULL) *arena_id = 0;
   smi_process_init();
   smi_arenas_init();
   return huge_reserve_spread(pages, 1, timeout_msecs, true, numa_node, exclusive, arena_id);

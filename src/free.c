@@ -21,8 +21,11 @@ static sm_noinline void free_retire(sm_page_t *page) {
   /* pages given back earlier may be due: a program that frees a burst and then only frees (or
    * sleeps) takes no malloc slow path that would purge them */
   smi_segments_purge_due(heap->tld);
+  bool worth = smi_purger_worth(heap->tld, false);
   smi_heap_unlock(heap);
-  smi_purger_consider(heap->tld); /* a thread that frees a burst and goes quiet: purge.c */
+  /* a thread that frees a burst and goes quiet (purge.c); never a thread started from here: glibc
+   * frees a joined thread's TLS with its thread-stack lock held, which pthread_create takes */
+  smi_purger_consider(worth, false);
 }
 
 /* heap lock held */

@@ -397,6 +397,8 @@ sm_heap_t *sm_heap_new_in_arena(sm_arena_id_t arena_id) {
     errno = EINVAL;
     return NULL;
   }
+  /* from now on its memory skips the segment cache; what is cached already goes back */
+  if (smi_arena_bind(arena_id)) smi_segment_cache_flush();
   return heap_new(arena_id);
 }
 

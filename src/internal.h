@@ -223,6 +223,8 @@ extern _Atomic(bool) smi_mem_ever; /* memory was ever handed out by this copy of
  * arena_id: from that arena only (0: any arena that is not exclusive, then the OS) */
 void *smi_mem_alloc_ex(size_t size, size_t alignment, size_t offset, bool avoid_pinned, int arena_id, bool *is_zero);
 int smi_mem_exclusive_arena(const void *p); /* p's exclusive arena's id, or 0 */
+bool smi_mem_arena_has_heaps(const void *p); /* exclusive, or a heap was made in it: no caching */
+bool smi_arena_bind(int arena_id);           /* a heap is made in it; true the first time */
 bool smi_arena_id_valid(int arena_id);
 /* huge OS pages: never purge them (it would do nothing), give the segment back instead */
 bool smi_mem_is_pinned(const void *p);
@@ -302,7 +304,14 @@ void smi_purger_want(void);
 /* the purger's thread: a memory barrier on every thread of the process (false if unavailable) */
 bool smi_purger_barrier(void);
 void smi_purger_maybe_start(void);
-void smi_purger_consider(const sm_tld_t *tld); /* maybe_start, or start one for a lone allocating thread */
+/* The end of a slow path: maybe_start, or want one for a lone allocating thread (purge.c). worth:
+ * the thread has memory to give back, read under its heap's lock (smi_purger_worth); may_start
+ * false (free): only marks it wanted. */
+void smi_purger_consider(bool worth, bool may_start);
+#define SM_LONE_SEGMENTS 4 /* a lone thread holding this many segments gets a purger before it frees */
+static inline bool smi_purger_worth(const sm_tld_t *tld, bool may_start) {
+  return tld->purge_first != NULL || (may_start && tld->segment_count >= SM_LONE_SEGMENTS);
+}
 void smi_purger_stop(void);
 size_t smi_threads_live(void); /* init.c: threads with a heap */
 bool smi_purger_running(void);
@@ -381,6 +390,12 @@ static inline size_t smi_block_offset(const sm_page_t *page, const void *p) {
 
 static inline sm_segment_t *smi_page_segment(const sm_page_t *page) {
   return (sm_segment_t *)((uintptr_t)page & ~(uintptr_t)SM_SEGMENT_MASK);
+}
+
+/* may tld take new pages (or keep empty ones) in segment? Not in an exclusive arena's segment
+ * that came to it from a heap made in that arena (segment.c, before segment_alloc) */
+static inline bool smi_tld_may_carve(const sm_tld_t *tld, const sm_segment_t *segment) {
+  return segment->arena_excl == 0 || segment->arena_excl == tld->arena_id;
 }
 
 /* free-list links: plain pointers, encoded with per-page keys in secure builds. The debug build

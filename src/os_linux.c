@@ -257,10 +257,13 @@ void smi_os_stderr_keep(void) {
   errno = saved;
 }
 
+/* Files are read and written with raw system calls: open, read and write are cancellation points,
+ * and a pthread_cancel pending in a thread must not take effect inside malloc or free (the block
+ * taken would leak; a noexcept destructor that frees would terminate the program). */
 void smi_os_write_stderr(const char *buf, size_t len) {
   int saved = errno, fd = 2;
   while (len > 0) {
-    ssize_t w = write(fd, buf, len);
+    ssize_t w = (ssize_t)syscall(SYS_write, fd, buf, len);
     if (w < 0 && errno == EBADF && fd == 2 && stderr_copy >= 0) { /* stderr closed: still where it was */
       fd = stderr_copy;
       continue;
@@ -272,19 +275,20 @@ void smi_os_write_stderr(const char *buf, size_t len) {
   errno = saved;
 }
 
-/* ---- small file reads (/proc, sysfs), without stdio: nothing here may allocate ---- */
+/* ---- small file reads (/proc, sysfs), without stdio: nothing here may allocate (nor be a
+ * cancellation point: smi_os_write_stderr) ---- */
 
 static ssize_t os_read_text(const char *path, char *buf, size_t size) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   size_t len = 0;
   for (;;) {
-    ssize_t n = read(fd, buf + len, size - 1 - len);
+    ssize_t n = (ssize_t)syscall(SYS_read, fd, buf + len, size - 1 - len);
     if (n <= 0) break;
     len += (size_t)n;
     if (len == size - 1) break;
   }
-  close(fd);
+  syscall(SYS_close, fd);
   buf[len] = 0;
   return (ssize_t)len;
 }

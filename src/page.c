@@ -545,7 +545,8 @@ void smi_page_free_empty(sm_heap_t *heap, sm_page_t *page) {
  * Uses only state that the purger never touches (bin queues, retire ticks): no lock needed. */
 bool smi_page_retire_keep(sm_heap_t *heap, sm_page_t *page) {
   sm_page_queue_t *pq = page_queue_of(heap, page);
-  if (page->flags.x.in_full || pq->first != page || pq->last != page || page->block_size > SM_MEDIUM_OBJ_MAX)
+  if (page->flags.x.in_full || pq->first != page || pq->last != page || page->block_size > SM_MEDIUM_OBJ_MAX ||
+      !smi_tld_may_carve(heap->tld, smi_page_segment(page)))
     return false;
   page->retire_ticks = 1;
   page->purge_at = atomic_load_explicit(&heap->slow_calls, memory_order_relaxed) +
@@ -780,8 +781,9 @@ static void *malloc_generic(sm_heap_t *heap, size_t size, bool zero, bool may_bo
   }
   void *p = malloc_generic_locked(heap, size, bin, zero, may_borrow);
   if (lock) {
+    bool worth = smi_purger_worth(heap->tld, true);
     smi_heap_unlock(heap);
-    smi_purger_consider(heap->tld);
+    smi_purger_consider(worth, true);
   }
   return p;
 }

@@ -22,9 +22,14 @@
  * A process with one allocating thread among others that never allocate (redis: its background
  * threads) is not single-threaded, and its one heap has nobody to give back what it frees in a
  * burst before it goes quiet (a FLUSHALL kept all 18 MiB resident). So when that thread has
- * purges pending and no purger runs, it looks (at most once a second, /proc/self/stat) whether
- * the process has other threads, and if so starts the purger, which ends by itself once the
- * process is down to that thread (and the purger) again. */
+ * purges pending, or holds 4 segments or more, and no purger runs, its malloc slow path looks (at
+ * most once a second, /proc/self/stat) whether the process has other threads, and if so starts
+ * the purger, which ends by itself once the process is down to that thread (and the purger)
+ * again. A free with purges pending looks too, but only marks the purger wanted for the next
+ * malloc slow path: glibc calls free with its thread-stack lock held (pthread_join frees the
+ * joined thread's TLS), and pthread_create takes that lock. Hence the segment count: a thread
+ * whose heap grew takes a purger while it allocates, before a burst of frees that no malloc
+ * follows. */
 #include "internal.h"
 
 #include <pthread.h>
@@ -171,8 +176,10 @@ static bool purger_end_self(void) {
   atomic_fetch_sub(&purger_busy, 1);
   int state = PURGER_RUNNING;
   pthread_mutex_lock(&purger_mutex);
-  if (!atomic_compare_exchange_strong(&purger_state, &state, PURGER_OFF)) return false; /* being stopped: joined */
+  /* cleared before OFF: a purger started for a lone thread right after keeps its flag (a stopper,
+   * which the failed exchange below means, clears it too) */
   atomic_store(&purger_lone, false);
+  if (!atomic_compare_exchange_strong(&purger_state, &state, PURGER_OFF)) return false; /* being stopped: joined */
   pthread_detach(pthread_self());
   return true;
 }
@@ -244,21 +251,23 @@ void smi_purger_stop(void) {
   atomic_store(&purger_state, PURGER_OFF);
 }
 
-/* The end of a slow path of the thread that owns `tld`, no lock held: start a wanted purger, or
- * one for a lone allocating thread (top of the file). */
-void smi_purger_consider(const sm_tld_t *tld) {
+/* The end of a slow path, no lock held: start a wanted purger, or want one for a lone allocating
+ * thread (top of the file). A free only marks it wanted, and the next malloc slow path starts it:
+ * glibc calls free with its thread-stack lock held (pthread_join frees the thread's TLS), and
+ * pthread_create takes that lock; no malloc runs under it. */
+void smi_purger_consider(bool worth, bool may_start) {
   if (sm_likely(atomic_load_explicit(&purger_state, memory_order_relaxed) != PURGER_OFF)) {
-    smi_purger_maybe_start();
+    if (may_start) smi_purger_maybe_start();
     return;
   }
-  if ((tld->purge_first == NULL && !smi_segment_cache_pending()) || smi_os_single_threaded()) return;
+  if ((!worth && !smi_segment_cache_pending()) || smi_os_single_threaded()) return;
   uint64_t now = smi_os_now_ms(), at = atomic_load_explicit(&lone_look_at, memory_order_relaxed);
   if (now < at || smi_option(sm_option_background_purge) == 0 ||
       !atomic_compare_exchange_strong(&lone_look_at, &at, now + SM_LONE_LOOK_MS) || smi_os_thread_count() < 2)
     return;
   int expected = PURGER_OFF;
   atomic_store(&purger_lone, true);
-  if (atomic_compare_exchange_strong(&purger_state, &expected, PURGER_WANTED)) smi_purger_maybe_start();
+  if (atomic_compare_exchange_strong(&purger_state, &expected, PURGER_WANTED) && may_start) smi_purger_maybe_start();
 }
 
 /* Called at the end of slow paths, with no lock held: pthread_create itself allocates (and a

@@ -404,8 +404,9 @@ static void segment_cache_release(sm_segment_t *segment, uint64_t now) {
                     : now + (segment->map_size > SM_SEGMENT_SIZE ? (uint64_t)delay : rhythm_delay(&cache_rhythm));
   segment->purged = purged;
   segment->purge_at = purge_at;
-  /* an exclusive arena's memory goes straight back to it: the cache serves every thread */
-  if (delay == 0 || segment->arena_excl != 0 || !segment_cache_push(segment)) {
+  /* memory of an arena that heaps are made in goes straight back to it: the cache serves every
+   * thread, and those heaps never take from it */
+  if (delay == 0 || smi_mem_arena_has_heaps(segment) || !segment_cache_push(segment)) {
     segment_os_free(segment);
     return;
   }
@@ -437,10 +438,8 @@ static void *os_alloc_or_flush(size_t size, size_t alignment, size_t offset, boo
  * (sm_heap_delete hands the pages to the deleting thread's heap; that thread's segments may be
  * abandoned and reclaimed): it keeps the pages it got, but never takes an unused page of such a
  * segment (they are purged at once instead of waiting on its purge list) nor keeps the segment
- * once it is empty. */
-static bool tld_may_carve(const sm_tld_t *tld, const sm_segment_t *segment) {
-  return segment->arena_excl == 0 || segment->arena_excl == tld->arena_id;
-}
+ * once it is empty, nor one of its pages as its bin's only page (smi_page_retire_keep). The test
+ * is smi_tld_may_carve (internal.h). */
 
 /* ---- purging unused pages after a delay ---- */
 
@@ -960,7 +959,7 @@ static void segment_page_release(sm_tld_t *tld, sm_segment_t *segment, sm_page_t
  * send the segment through the cache, dirty, each time: with large blocks in spans that put up
  * to 40 MiB of cached segments into mstress's peak RSS. */
 static bool segment_keep_empty(const sm_tld_t *tld, const sm_segment_t *segment) {
-  if (smi_option(sm_option_purge_delay) == 0 || segment->kind == SM_SEGMENT_HUGE || !tld_may_carve(tld, segment)) return false;
+  if (smi_option(sm_option_purge_delay) == 0 || segment->kind == SM_SEGMENT_HUGE || !smi_tld_may_carve(tld, segment)) return false;
   if (segment->kind != SM_SEGMENT_LARGE) {
     const sm_segment_t *first = segment->kind == SM_SEGMENT_SMALL ? tld->small_free.first : tld->medium_free.first;
     return first == NULL || (first == segment && segment->next == NULL);
@@ -995,7 +994,7 @@ void smi_segment_page_free(sm_page_t *page, sm_tld_t *tld) {
     return;
   }
   long delay = smi_option(sm_option_purge_delay);
-  bool may_carve = tld_may_carve(tld, segment);
+  bool may_carve = smi_tld_may_carve(tld, segment);
   if (delay == 0 || (!may_carve && delay > 0)) page_purge(segment, page, tld_now(tld));
   else if (delay > 0) {
     page->purge_at = tld_now(tld) + rhythm_delay(&page_rhythm);
@@ -1325,7 +1324,7 @@ void smi_segments_abandon(sm_heap_t *heap) {
 }
 
 /* sm_heap_delete: the segments, free queues and pending purges of `from` join `tld` (both locked
- * by the caller), owned by thread_id from now on. Segments `tld` may not carve (tld_may_carve)
+ * by the caller), owned by thread_id from now on. Segments `tld` may not carve (smi_tld_may_carve)
  * join no queue; the empty ones among them go on `*drop`. */
 static void segment_queue_absorb(sm_tld_t *tld, sm_segment_queue_t *into, sm_segment_queue_t *from, uintptr_t thread_id,
                                  sm_segment_queue_t *drop) {
@@ -1333,7 +1332,7 @@ static void segment_queue_absorb(sm_tld_t *tld, sm_segment_queue_t *into, sm_seg
   while ((s = from->first) != NULL) {
     segment_queue_remove(from, s);
     atomic_store_explicit(&s->thread_id, thread_id, memory_order_release);
-    if (tld_may_carve(tld, s)) {
+    if (smi_tld_may_carve(tld, s)) {
       segment_queue_push(into, s);
     } else {
       s->in_free_queue = 0;
@@ -1347,7 +1346,7 @@ void smi_segments_absorb(sm_tld_t *tld, sm_tld_t *from, uintptr_t thread_id) {
   for (sm_page_t *page = from->purge_first, *next; page != NULL; page = next) {
     next = page->next;
     sm_segment_t *segment = smi_page_segment(page);
-    if (tld_may_carve(tld, segment)) continue;
+    if (smi_tld_may_carve(tld, segment)) continue;
     purge_list_remove(from, page);
     page_purge(segment, page, tld_now(tld));
   }
@@ -1397,7 +1396,7 @@ static void segment_reclaim(sm_segment_t *segment, sm_heap_t *heap) {
     smi_page_queue_push(heap, page, smi_bin_of(page->block_size));
   }
   sm_segment_queue_t *q = segment_free_queue(tld, segment);
-  bool may_carve = tld_may_carve(tld, segment);
+  bool may_carve = smi_tld_may_carve(tld, segment);
   if (q != NULL && !segment_is_full(segment) && may_carve) {
     segment_queue_push(q, segment);
     segment->in_free_queue = 1;

@@ -292,8 +292,17 @@ MI_SHIM bool mi_is_redirected(void) mi_attr_noexcept { return sm_is_redirected()
 MI_SHIM int mi_reserve_huge_os_pages_interleave(size_t pages, size_t numa_nodes, size_t timeout_msecs) mi_attr_noexcept {
   return sm_reserve_huge_os_pages_interleave(pages, numa_nodes, timeout_msecs);
 }
+/* mimalloc reports success once some pages were reserved (their arena made); the sm_ form reports
+ * ETIMEDOUT or ENOMEM when fewer than asked were */
+MI_SHIM int mi_reserve_huge_os_pages_at_ex(size_t pages, int numa_node, size_t timeout_msecs, bool exclusive,
+                                           sm_arena_id_t *arena_id) mi_attr_noexcept {
+  sm_arena_id_t id = 0;
+  int err = sm_reserve_huge_os_pages_at_ex(pages, numa_node, timeout_msecs, exclusive, &id);
+  if (arena_id != NULL) *arena_id = id;
+  return id != 0 ? 0 : err;
+}
 MI_SHIM int mi_reserve_huge_os_pages_at(size_t pages, int numa_node, size_t timeout_msecs) mi_attr_noexcept {
-  return sm_reserve_huge_os_pages_at(pages, numa_node, timeout_msecs);
+  return mi_reserve_huge_os_pages_at_ex(pages, numa_node, timeout_msecs, false, NULL);
 }
 MI_SHIM int mi_reserve_os_memory(size_t size, bool commit, bool allow_large) mi_attr_noexcept {
   return sm_reserve_os_memory(size, commit, allow_large);
@@ -305,10 +314,6 @@ MI_SHIM bool mi_manage_os_memory(void *start, size_t size, bool is_committed, bo
 /* arenas by id: mimalloc's experimental arena API */
 typedef sm_arena_id_t mi_arena_id_t;
 MI_SHIM void *mi_arena_area(mi_arena_id_t arena_id, size_t *size) { return sm_arena_area(arena_id, size); }
-MI_SHIM int mi_reserve_huge_os_pages_at_ex(size_t pages, int numa_node, size_t timeout_msecs, bool exclusive,
-                                           mi_arena_id_t *arena_id) mi_attr_noexcept {
-  return sm_reserve_huge_os_pages_at_ex(pages, numa_node, timeout_msecs, exclusive, arena_id);
-}
 MI_SHIM int mi_reserve_os_memory_ex(size_t size, bool commit, bool allow_large, bool exclusive,
                                     mi_arena_id_t *arena_id) mi_attr_noexcept {
   return sm_reserve_os_memory_ex(size, commit, allow_large, exclusive, arena_id);

@@ -19,6 +19,13 @@
  *                  that never allocate sleep: its heap's RSS falls below 10% of the peak within
  *                  a second (the purger starts for it); once those threads are joined, the
  *                  purger ends by itself;
+ *   join-tls       pthread_join of a thread whose TLS block is the last block of its page, while
+ *                  purges are pending and no purger runs: glibc frees that block with its
+ *                  thread-stack lock held, and the free must not start the purger (pthread_create
+ *                  takes that lock: the join hung for good until 2026-11-27; x86-64 glibc only);
+ *   cancel         SHARDMALLOC_PURGE_DELAY=60000: a deferred pthread_cancel pending while a slow
+ *                  path reads /proc/self/stat (the lone look): the cancellation takes effect after
+ *                  malloc returns, not inside it (until 2026-11-27 it came inside);
  *   no-background  SHARDMALLOC_BACKGROUND_PURGE=0: no extra thread while two threads allocate;
  *   background     default: a thread named "shardmalloc" appears while two threads allocate and
  *                  is gone after the second one is joined;
@@ -483,6 +490,95 @@ static void case_lone(void) {
     CHECK(named == 0 && n == 1, "expected the purger gone once the other threads were, seen %d tasks, %d named", n, named);
     munmap(p, N * sizeof(void *));
   }
+}
+
+/* ---------------------------------------------------------------- join-tls, cancel */
+static void *sleep_forever(void *arg) {
+  for (;;) pause();
+  return arg;
+}
+static void *return_at_once(void *arg) { return arg; }
+
+static void case_join_tls(void) {
+  SECTION("pthread_join while the joined thread's TLS block is the last one of its page: no deadlock") {
+#if defined(__x86_64__) && defined(__GLIBC__)
+    pthread_t idle;
+    pthread_create(&idle, NULL, sleep_forever, NULL); /* never allocates: a lone allocating thread */
+    /* glibc's x86-64 thread control block starts {tcb, dtv, self}; the dtv is malloc'ed, 16 bytes
+     * past its block start */
+    void *dtv = (char *)((void **)idle)[1] - 16;
+    if (!sm_check_owned(dtv)) {
+      printf("      skipped: this glibc's thread control block is not laid out as expected\n");
+      return;
+    }
+    size_t size = sm_usable_size(dtv);
+    /* a fresh page P of that class, empty but for its first block, after a page with room */
+    void *b = NULL, *last = NULL;
+    for (uintptr_t prev = 0;; last = b) {
+      b = malloc(size);
+      uintptr_t page = (uintptr_t)b >> 16;
+      if (prev != 0 && page != prev) break;
+      prev = page;
+    }
+    static char stack[1 << 20];
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstack(&attr, stack, sizeof stack); /* a user stack: its TLS is freed at the join */
+    pthread_t t;
+    pthread_create(&t, &attr, return_at_once, NULL); /* its dtv: the only block of P once b goes */
+    free(b);
+    free(last);
+    void *volatile huge = malloc(8 * MiB); /* a cached mapping: purges pending */
+    ((char *)huge)[0] = 1;
+    free(huge);
+    usleep(100 * 1000);
+    alarm(20); /* a deadlock: SIGALRM ends the test */
+    pthread_join(t, NULL);
+    alarm(0);
+    CHECK(true, "joined");
+    printf("      joined (TLS block of %zu bytes)\n", size);
+#else
+    printf("      skipped: the test finds the TLS block through x86-64 glibc's thread control block\n");
+#endif
+  }
+}
+
+static _Atomic int in_malloc;
+static void on_cancel(void *arg) {
+  (void)arg;
+  /* the cancellation came at the sleep after malloc returned, or inside malloc (a failure) */
+  if (atomic_load(&in_malloc)) {
+    static const char m[] = "FAIL: cancelled inside malloc (the block it took is lost)\n";
+    if (write(2, m, sizeof m - 1) < 0) {}
+    _exit(1);
+  }
+  static const char m[] = "      cancelled after malloc returned\ntest-purge: all 1 checks passed\n";
+  if (write(1, m, sizeof m - 1) < 0) {}
+  _exit(0);
+}
+static void case_cancel(void) {
+  /* purges pending (SHARDMALLOC_PURGE_DELAY=60000), and a process that had a second thread: every
+   * malloc slow path looks at /proc/self/stat (at most once a second), finds one thread and
+   * starts no purger; the look past the one-second pause is the one the cancellation waits at */
+  static void *p[4000];
+  for (int i = 0; i < 4000; i++) p[i] = malloc(1000);
+  for (int i = 0; i < 4000; i++) free(p[i]);
+  pthread_t t0;
+  pthread_create(&t0, NULL, sleep_forever, NULL); /* glibc loads its unwinder for the cancellation now */
+  pthread_cancel(t0);
+  pthread_join(t0, NULL);
+  usleep(1100 * 1000);
+  fflush(stdout); /* the handlers end the process with _exit */
+  pthread_cleanup_push(on_cancel, NULL);
+  pthread_cancel(pthread_self()); /* deferred: pending until the next cancellation point */
+  atomic_store(&in_malloc, 1);
+  void *volatile q = malloc(3000); /* a slow path: a class not used yet */
+  atomic_store(&in_malloc, 0);
+  free(q);
+  usleep(1000); /* a cancellation point */
+  pthread_cleanup_pop(0);
+  fprintf(stderr, "FAIL: the pending cancellation never took effect\n");
+  _exit(1);
 }
 
 static void case_background(bool enabled) {
@@ -1425,7 +1521,7 @@ static void case_fork_orphans(void) {
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|huge-realloc|prefault|adaptive|kind-switch|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|lone|join-tls|cancel|huge-realloc|prefault|adaptive|kind-switch|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -1444,6 +1540,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "no-background")) case_background(false);
   else if (!strcmp(c, "background")) case_background(true);
   else if (!strcmp(c, "lone")) case_lone();
+  else if (!strcmp(c, "join-tls")) case_join_tls();
+  else if (!strcmp(c, "cancel")) case_cancel();
   else if (!strcmp(c, "huge-realloc")) case_huge_realloc();
   else if (!strcmp(c, "prefault")) case_prefault();
   else if (!strcmp(c, "adaptive")) case_adaptive();
