@@ -121,6 +121,9 @@ static void fork_parent(void) {
 }
 
 static void fork_child(void) {
+  /* only the forking thread lives on: the others' heaps are no longer live threads' (until
+   * 2026-11-27 they stayed counted, and a purger the child started never stopped) */
+  atomic_store(&live_heaps, smi_tls_backing != NULL ? 1 : 0);
   smi_abandoned_lock_release();
   pool_release();
   smi_heaps_fork_unlock(true);

@@ -91,18 +91,18 @@ void smi_purger_want(void) {
  * inherit a heap locked (and half-collected) by a thread it does not have. The prepare handler
  * waits out a tick in progress; a tick is bounded and waits for nothing, so this cannot deadlock
  * (unlike taking allocator locks in a prepare handler). */
-static _Atomic(bool) fork_pending;
+static _Atomic(int) fork_pending; /* forks between prepare and parent: two threads may fork at once */
 static _Atomic(int) purger_busy; /* ticks in progress: the purger's, or a fork child's own (below) */
 
 void smi_purger_fork_prepare(void) {
-  atomic_store(&fork_pending, true);
+  atomic_fetch_add(&fork_pending, 1);
   while (atomic_load(&purger_busy) != 0) sched_yield();
 }
-void smi_purger_fork_parent(void) { atomic_store(&fork_pending, false); }
+void smi_purger_fork_parent(void) { atomic_fetch_sub(&fork_pending, 1); }
 bool smi_purger_running(void) { return atomic_load_explicit(&purger_state, memory_order_relaxed) == PURGER_RUNNING; }
 
 void smi_purger_fork_child(void) { /* it did not survive fork */
-  atomic_store(&fork_pending, false);
+  atomic_store(&fork_pending, 0);
   atomic_store(&purger_busy, 0);
   atomic_store(&purger_state, PURGER_OFF);
   pthread_mutex_t fresh_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -226,6 +226,9 @@ static void *purger_main(void *arg) {
 /* The process is down to one allocating thread: give back what the purger would have, then stop
  * it and wait until its thread is gone. Called by an ending thread (no lock held). */
 void smi_purger_stop(void) {
+  /* a thread inside pthread_create for it: wait (it holds nothing we need), then stop it; until
+   * 2026-11-27 this returned, and that purger ran on with one thread left */
+  while (atomic_load(&purger_state) == PURGER_STARTING) sched_yield();
   int state = PURGER_WANTED;
   if (atomic_compare_exchange_strong(&purger_state, &state, PURGER_OFF)) return; /* never started */
   uint64_t now = smi_os_now_ms(), last = atomic_exchange(&purger_last_stop_ms, now);
@@ -241,7 +244,12 @@ void smi_purger_stop(void) {
   purger_stop = true;
   pthread_cond_signal(&purger_wake);
   pthread_mutex_unlock(&purger_mutex);
+  /* pthread_join is a cancellation point: a cancel pending in the ending thread must not take
+   * effect here, inside the allocator's thread exit */
+  int cancel_state;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
   pthread_join(purger_thread, NULL);
+  pthread_setcancelstate(cancel_state, NULL);
   atomic_store(&purger_lone, false);
   pthread_mutex_lock(&purger_mutex);
   purger_stop = false;
@@ -278,7 +286,7 @@ void smi_purger_maybe_start(void) {
   if (!atomic_compare_exchange_strong(&purger_state, &expected, PURGER_STARTING)) return;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, 64 * 1024);
+  pthread_attr_setstacksize(&attr, 256 * 1024); /* glibc carves static TLS out of it too */
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old); /* the purger inherits a full mask: signals are the program's */

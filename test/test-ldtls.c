@@ -38,6 +38,14 @@ static void *ld_thread(void *arg) {
   return (void *)(intptr_t)ok;
 }
 
+/* allocates with the library, then waits (go: 1 once it has, 2 to end) */
+static void *ld_hold(void *arg) {
+  ld_free(ld_malloc(100));
+  atomic_store(&go, 1);
+  while (atomic_load(&go) != 2) usleep(1000);
+  return arg;
+}
+
 int main(int argc, char **argv) {
   sm_test_name = "test-ldtls";
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -73,6 +81,17 @@ int main(int argc, char **argv) {
       CHECK(ok != NULL, "thread started after dlopen: expected all its blocks owned and usable%s", "");
     }
     for (int i = 0; i < 64; i++) ld_free(atomic_exchange(&handoff[i], NULL));
+    /* dlclose while a thread that used it is alive: the library stays mapped (-z nodelete), so
+     * the thread's exit, which runs the library's key destructor, and the purger do not jump
+     * into unmapped code (a SIGSEGV until 2026-11-27) */
+    pthread_t t;
+    atomic_store(&go, 0);
+    pthread_create(&t, NULL, ld_hold, NULL);
+    while (atomic_load(&go) == 0) usleep(1000);
+    CHECK_EQ(dlclose(h), 0);
+    atomic_store(&go, 2);
+    pthread_join(t, NULL);
+    CHECK(true, "a thread that used the library ended after its dlclose%s", "");
   }
   return sm_test_summary();
 }

@@ -26,6 +26,12 @@
  *   cancel         SHARDMALLOC_PURGE_DELAY=60000: a deferred pthread_cancel pending while a slow
  *                  path reads /proc/self/stat (the lone look): the cancellation takes effect after
  *                  malloc returns, not inside it (until 2026-11-27 it came inside);
+ *   cancel-exit    a thread that allocated returns with a deferred cancel pending: its exit (the
+ *                  allocator stops and joins the purger then) is not turned into a cancellation,
+ *                  and the purger still comes and goes for the next pair of threads;
+ *   fork-live      a fork child of a process with two allocating threads starts and joins a thread
+ *                  that allocates: the purger that thread brought ends with it (the child counted
+ *                  the parent's other thread as live until 2026-11-27, and kept it for good);
  *   no-background  SHARDMALLOC_BACKGROUND_PURGE=0: no extra thread while two threads allocate;
  *   background     default: a thread named "shardmalloc" appears while two threads allocate and
  *                  is gone after the second one is joined;
@@ -433,13 +439,14 @@ static int count_tasks(int *named) {
   long tid;
   return scan_tasks(named, &tid);
 }
-/* poll (up to 3 s) until no thread is named "shardmalloc"; the task count then, and the names */
+/* poll (up to 3 s) until the process is down to one thread (a purger that has just been created
+ * is not named yet); the task count then, and how many are named "shardmalloc" */
 static int wait_purger_gone(int *named) {
   double t1 = now_s();
   int n;
   do {
     n = count_tasks(named);
-    if (*named == 0) break;
+    if (*named == 0 && n == 1) break;
     sleep_ms(10);
   } while (now_s() - t1 < 3.0);
   printf("      after the join: %d task(s), %d named \"shardmalloc\" (waited %.3f s)\n", n, *named, now_s() - t1);
@@ -579,6 +586,64 @@ static void case_cancel(void) {
   pthread_cleanup_pop(0);
   fprintf(stderr, "FAIL: the pending cancellation never took effect\n");
   _exit(1);
+}
+
+static void *alloc_then_cancelled(void *arg) {
+  void *volatile p = malloc(100);
+  free(p);
+  pthread_cancel(pthread_self()); /* pending: no cancellation point until the thread has ended */
+  return arg;
+}
+static void *alloc_then_sleep(void *arg) {
+  void *volatile p = malloc(100);
+  (void)p;
+  for (;;) pause();
+  return arg;
+}
+static void *alloc_once(void *arg) {
+  void *volatile p = malloc(100);
+  free(p);
+  return arg;
+}
+static void case_cancel_exit(void) {
+  SECTION("a thread returns with a cancel pending: its exit value is its own; the purger comes and goes") {
+    void *volatile mine = malloc(100); /* the main thread allocates: with the worker, two do */
+    for (int round = 0; round < 3; round++) {
+      pthread_t t;
+      void *ret = NULL;
+      pthread_create(&t, NULL, alloc_then_cancelled, (void *)(uintptr_t)42);
+      pthread_join(t, &ret);
+      CHECK(ret == (void *)(uintptr_t)42, "round %d: expected the thread's return value 42, seen %p (PTHREAD_CANCELED is %p)",
+            round, ret, PTHREAD_CANCELED);
+      int named, n = wait_purger_gone(&named);
+      CHECK(named == 0 && n == 1, "round %d: expected the purger gone after the join, seen %d tasks, %d named", round, n, named);
+    }
+    free(mine);
+  }
+}
+
+static void case_fork_live(void) {
+  SECTION("a fork child's thread takes a purger that ends with it") {
+    void *volatile mine = malloc(100);
+    pthread_t idle;
+    pthread_create(&idle, NULL, alloc_then_sleep, NULL); /* a second allocating thread, for good */
+    sleep_ms(50);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      pthread_t t;
+      pthread_create(&t, NULL, alloc_once, NULL);
+      pthread_join(t, NULL);
+      int named, n = wait_purger_gone(&named);
+      fflush(stdout);
+      _exit(named == 0 && n == 1 ? 0 : 1);
+    }
+    int status = -1;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "expected the child down to its one thread after the join (exit 0), seen status %#x", status);
+    free(mine);
+  }
 }
 
 static void case_background(bool enabled) {
@@ -1521,7 +1586,7 @@ static void case_fork_orphans(void) {
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|lone|join-tls|cancel|huge-realloc|prefault|adaptive|kind-switch|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|lone|join-tls|cancel|cancel-exit|fork-live|huge-realloc|prefault|adaptive|kind-switch|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -1542,6 +1607,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "lone")) case_lone();
   else if (!strcmp(c, "join-tls")) case_join_tls();
   else if (!strcmp(c, "cancel")) case_cancel();
+  else if (!strcmp(c, "cancel-exit")) case_cancel_exit();
+  else if (!strcmp(c, "fork-live")) case_fork_live();
   else if (!strcmp(c, "huge-realloc")) case_huge_realloc();
   else if (!strcmp(c, "prefault")) case_prefault();
   else if (!strcmp(c, "adaptive")) case_adaptive();
