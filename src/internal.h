@@ -65,11 +65,8 @@ void smi_free_options_update(void); /* after the secret or those options change 
  * KiB pages (some aarch64 systems; the header area is then one OS page). On a kernel with 64 KiB
  * pages a guard would take whole small pages, so the secure build keeps the 4 KiB layout there
  * unprotected (verbose says so); its other defences do not depend on the page size. */
-static inline size_t smi_guard_size(void) {
-  size_t os_page = smi_os_page_size();
-  return os_page <= SM_SECURE_HEADER_SIZE ? os_page : SM_OS_PAGE_SIZE;
-}
 static inline bool smi_guard_pages(void) { return smi_os_page_size() <= SM_SECURE_HEADER_SIZE; }
+static inline size_t smi_guard_size(void) { return smi_guard_pages() ? smi_os_page_size() : SM_OS_PAGE_SIZE; }
 #endif
 extern SM_TLS sm_heap_t *smi_tls_backing; /* this thread's own heap (NULL before init) */
 sm_heap_t *smi_thread_init(void);       /* returns the new heap, or NULL when out of memory */
