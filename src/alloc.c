@@ -21,7 +21,7 @@ static inline void *heap_malloc_zero(sm_heap_t *heap, size_t size) {
       bool is_zero = page->free_is_zero;
       void *p = smi_page_pop(page, block);
       if (SM_CHECK_FREES && sm_unlikely(p == NULL)) return smi_malloc_generic(heap, size, true); /* corrupted list */
-      if (is_zero) block->next = NULL;
+      if (is_zero) *smi_block_link(page, block) = NULL;
       else memset(block, 0, page->block_size); /* the whole block: rezalloc relies on it */
       return block;
     }
@@ -115,13 +115,15 @@ void *padding_finish_full(void *p, size_t size, bool zero, bool cleared) {
   if (!cleared) memset(b, zero ? 0 : SM_FILL_FRESH, size); /* after the check: it covers the link word too */
   memset(b + size, SM_FILL_SLACK, usable - size - SM_PADDING);
 #else
-  if (!cleared) memset(b, 0, zero ? zero_len(size, usable) : sizeof(sm_block_t)); /* no link leaks out (usable >= SM_PADDING) */
+  /* no link leaks out (usable >= SM_PADDING; the padding write covers the secure build's) */
+  if (!cleared && (zero || !SM_LINK_AT_END)) memset(b, 0, zero ? zero_len(size, usable) : sizeof(sm_block_t));
 #endif
-  /* an aligned pointer inside its block: the block's own start must not look free either */
+  /* an aligned pointer inside its block: the block's own link must not look free either (the
+   * secure build's is the padding word) */
   const sm_segment_t *seg = smi_ptr_segment(b);
   const sm_page_t *pg = smi_segment_page_of(seg, b);
   size_t lead = smi_page_has_aligned(pg) ? smi_block_offset(pg, b) : 0; /* a division: only when needed */
-  if (lead != 0) {
+  if (lead != 0 && !SM_LINK_AT_END) {
     smi_track_undefined(b - lead, lead);
 #if SM_DEBUG
     memset(b - lead, SM_FILL_FRESH, lead); /* nor carry the freed fill */
@@ -139,8 +141,9 @@ void *padding_finish_full(void *p, size_t size, bool zero, bool cleared) {
   return p;
 }
 
-/* The secure build's common case, a block start: clear the link word (no free-list pointer
- * leaks to the program) and write the padding, inline. Every block is at least 8 bytes.
+/* The secure build's common case, a block start: write the padding, inline. That overwrites the
+ * link word (no free-list pointer leaks to the program: SM_LINK_AT_END). Every block is at least
+ * 8 bytes.
  * cleared: a zeroed request whose block reads as zero already (see huge_zeroed). */
 __attribute__((always_inline)) static inline void *padding_finish(void *p, size_t size, bool zero, bool cleared) {
   if (p == NULL) return NULL;
@@ -150,7 +153,7 @@ __attribute__((always_inline)) static inline void *padding_finish(void *p, size_
   if (SM_DEBUG || SM_TRACK || sm_unlikely(smi_page_has_aligned(page))) return padding_finish_full(p, size, zero, cleared);
   if (zero) {
     if (!cleared) memset(b, 0, zero_len(size, page->block_size));
-  } else {
+  } else if (!SM_LINK_AT_END) {
     memset(b, 0, sizeof(sm_block_t)); /* a constant size: one store */
   }
   smi_padding_write(b, size, page->block_size);
@@ -228,7 +231,7 @@ size_t sm_usable_size(const void *p) { return smi_usable_size(p); }
 
 #if SM_INLINE_CHECKS
 /* The secure build pops from the page at hand and finishes the block with that page's block size
- * (no second lookup): the link word cleared, the padding written. The rest goes the generic way
+ * (no second lookup): the padding written over the link. The rest goes the generic way
  * and is finished by padding_finish. */
 static sm_noinline void *heap_alloc_generic(sm_heap_t *heap, size_t size, bool zero) {
   bool raw = huge_zeroed(size, zero);
@@ -249,11 +252,10 @@ static inline __attribute__((always_inline)) void *heap_alloc(sm_heap_t *heap, s
       sm_block_t *next = smi_block_next(page, block);
       if (sm_unlikely(!smi_page_link_ok(page, next))) return heap_alloc_bad_link(heap, page, block, size, zero);
       page->free = next;
-      smi_prefetch_write(next);
+      smi_prefetch_write(smi_block_link(page, next)); /* the line the next pop reads */
       page->used++;
       uint8_t *b = (uint8_t *)block;
       if (zero) memset(b, 0, zero_len(size, page->block_size));
-      else block->next = NULL;
       smi_padding_write(b, size, page->block_size);
       return b;
     }

@@ -100,29 +100,23 @@ static sm_block_t *page_block_of(const sm_page_t *page, const void *p) {
 }
 
 #if SM_CHECK_FREES
-static bool in_page_block(const sm_page_t *page, uintptr_t p) {
-  uintptr_t start = (uintptr_t)smi_page_start(page);
-  return p >= start && p < start + (size_t)smi_page_capacity(page) * page->block_size && smi_block_offset(page, (void *)p) == 0;
-}
-
 /* never leaves the page, so a racy or corrupted list cannot make it read unmapped memory */
 static bool list_contains(const sm_page_t *page, const sm_block_t *list, const sm_block_t *block) {
   for (uint32_t n = 0; list != NULL && n <= page->capacity; n++, list = smi_block_next(page, list)) {
     if (list == block) return true;
-    if (!in_page_block(page, (uintptr_t)list)) return false;
+    if (!smi_page_block_start(page, (uintptr_t)list)) return false;
   }
   return false;
 }
 
 /* A free block's link word decodes to NULL or to a block of the same page. In the secure build
- * links are encoded with random keys and every block handed out has its link word cleared, so
- * that alone tells a free (or quarantined) block from a live one. Otherwise a live block's first
+ * links are encoded with random keys and every block handed out has its link word overwritten by
+ * the padding, so that alone tells a free (or quarantined) block from a live one. Otherwise a live block's first
  * word may look like a link (a self-pointer, a NULL): the owner confirms by scanning the page's
  * lists, and another thread, which must not walk the owner's lists (they change under it),
  * checks the debug build's freed-memory fill. */
 static bool block_is_free(const sm_page_t *page, const sm_block_t *block, bool owner) {
-  uintptr_t next = (uintptr_t)smi_link_decode(page, smi_track_peek_word(block)); /* it may be live */
-  if (next != 0 && !in_page_block(page, next)) return false;
+  if (!smi_block_link_reads_free(page, block)) return false;
   if (SM_SECURE) return true;
   if (owner) {
     uintptr_t tf = atomic_load_explicit(&((sm_page_t *)page)->thread_free, memory_order_acquire);
@@ -194,7 +188,7 @@ static sm_page_t *block_validate(const void *p) {
 static sm_noinline sm_page_t *free_check_full(const void *p) {
   sm_page_t *page = block_validate(p);
   if (page == NULL) return NULL;
-#if SM_SECURE
+#if SM_SECURE && !SM_LINK_AT_END /* else the free writes the link there */
   if (smi_page_segment(page)->kind != SM_SEGMENT_HUGE)
     smi_padding_mark_freed((void *)p, page->block_size - (smi_page_has_aligned(page) ? smi_block_offset(page, p) : 0));
 #endif
@@ -213,22 +207,19 @@ static sm_noinline sm_page_t *free_check_full(const void *p) {
 
 /* The secure build's test for the common case, a block start of a small, medium or large page
  * with its canary intact: loads from the segment map, the segment header, the page descriptor and
- * the block's padding, no division, no call. A free turns the canary into the freed mark (as does
- * sm_heap_destroy for the blocks it releases), so the canary also tells a live block from a freed
- * one, and the block's first word is not read: programs often write it just before the free (a
- * byte written there and a word read back stalled the load, 30% of free's time in the malloc/free
- * pairs microbenchmark). The segment map is exact (a bit per segment start), so the header's
- * cookie is left to the full check. Anything else (huge blocks, aligned pointers, freed blocks,
- * bad pointers, overflows) goes through free_check_full, which decides and reports.
+ * the block's padding, no division, no call. A free writes the block's link over the canary (and
+ * sm_heap_destroy the freed mark, for the blocks it releases), so the canary also tells a live
+ * block from a freed one, and the block's first word is not read: programs often write it just
+ * before the free (a byte written there and a word read back stalled the load, 30% of free's time
+ * in the malloc/free pairs microbenchmark). The segment map is exact (a bit per segment start),
+ * so the header's cookie is left to the full check. Anything else (huge blocks, aligned pointers,
+ * freed blocks, bad pointers, overflows) goes through free_check_full, which decides and reports.
  * The block-start test divides without a division (Lemire, Kaser and Kurz, "Faster remainder by
  * direct computation", 2019): with c = ceil(2^64 / d) (the page's block_magic), a 32-bit n is a
  * multiple of d exactly when n * c mod 2^64 < c. A page not in use, and a huge segment's page,
  * has block_magic 0, so that test fails for them too: no separate test of in_use or of the kind. */
 #if SM_INLINE_CHECKS
-/* mark: a free, so turn the canary into the freed mark (computed from the value just compared:
- * that passed, so free_secret is the secret) */
-static inline __attribute__((always_inline)) sm_page_t *free_check_fast(const void *p, sm_segment_t **segment_out,
-                                                                        bool mark) {
+static inline __attribute__((always_inline)) sm_page_t *free_check_fast(const void *p, sm_segment_t **segment_out) {
   sm_segment_t *segment = smi_ptr_segment(p);
   *segment_out = segment;
   /* the map first: a header is read only once the map says the segment is ours */
@@ -242,10 +233,8 @@ static inline __attribute__((always_inline)) sm_page_t *free_check_fast(const vo
     uint64_t magic = page->block_magic;
     uint32_t canary = (uint32_t)(uintptr_t)p ^ (uint32_t)__atomic_load_n(&smi_read_mostly.free_secret, __ATOMIC_RELAXED);
     if (sm_likely(offset < limit && (uint64_t)(uint32_t)offset * magic < magic && /* a block start */
-                  smi_padding_canary(p, bsize) == canary)) { /* live (freed ones carry the freed mark), no overflow */
-      if (mark) smi_padding_store_mark((void *)p, bsize, ~canary);
+                  smi_padding_canary(p, bsize) == canary)) /* live (freed ones carry a link), no overflow */
       return page;
-    }
   }
   return NULL;
 }
@@ -255,7 +244,7 @@ static inline __attribute__((always_inline)) sm_page_t *free_check_fast(const vo
 bool smi_block_is_live(const void *p) {
 #if SM_INLINE_CHECKS
   sm_segment_t *segment;
-  if (sm_likely(free_check_fast(p, &segment, false) != NULL)) return true;
+  if (sm_likely(free_check_fast(p, &segment) != NULL)) return true;
 #endif
   return block_validate(p) != NULL;
 }
@@ -426,7 +415,7 @@ static inline __attribute__((always_inline)) void smi_free(void *p) {
 #if SM_INLINE_CHECKS
   /* NULL fails the fast test (its segment is out of the map's range): no test of its own */
   sm_segment_t *segment;
-  sm_page_t *page = free_check_fast(p, &segment, true);
+  sm_page_t *page = free_check_fast(p, &segment);
   if (sm_unlikely(page == NULL)) free_check_full_then_free(p);
   else free_block(p, segment, page); /* no secure option is on: the fast test passed */
 #elif SM_CHECK_FREES

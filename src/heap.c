@@ -670,15 +670,15 @@ bool sm_heap_check_owned(sm_heap_t *heap, const void *p) { return sm_heap_contai
 
 bool sm_is_in_heap_region(const void *p) { return sm_check_owned(p); }
 
-/* secure build: a block the program freed that is not on a free list yet, so not live: one that
- * waits in a quarantine (free.c points its link at its page's first block; zero_on_free may have
- * cleared its freed mark, and an aligned pointer's mark is its own, not its block's), or one
- * freed into a list this visit does not collect (its freed mark) */
+/* secure build: a block the program freed that is not on a free list this visit collected, so
+ * not live: one that waits in a quarantine (free.c points its link at its page's first block),
+ * or one freed into a list this visit does not collect (its link) */
 static bool block_freed(const sm_page_t *page, const uint8_t *block) {
 #if SM_SECURE
   if (smi_option(sm_option_quarantine) > 0 && smi_block_next(page, (const sm_block_t *)block) == (sm_block_t *)smi_page_start(page))
     return true;
-  return smi_page_segment(page)->kind != SM_SEGMENT_HUGE && smi_padding_is_freed(block, page->block_size);
+  if (smi_page_segment(page)->kind == SM_SEGMENT_HUGE) return false;
+  return SM_LINK_AT_END ? smi_block_link_reads_free(page, (const sm_block_t *)block) : smi_padding_is_freed(block, page->block_size);
 #else
   (void)page, (void)block;
   return false;

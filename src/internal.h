@@ -412,24 +412,41 @@ static inline sm_block_t *smi_link_decode(const sm_page_t *page, uintptr_t word)
   return (sm_block_t *)word;
 #endif
 }
+/* Where a free block keeps its link. The secure build keeps it in the block's last word, the
+ * padding word (padding.h), which holds the canary while the block is live: a free then writes
+ * one word where it reads the canary (a cross-thread free touches one line of the block, not
+ * two), a malloc's padding write overwrites the link so none leaks to the program, and no write
+ * within a freed block's usable bytes (a write after free) reaches a link. Other builds keep it
+ * in the first word (the debug build fills and checks the rest of a freed block). */
+#define SM_LINK_AT_END SM_INLINE_CHECKS /* the secure build proper */
+static inline sm_block_t **smi_block_link(const sm_page_t *page, const sm_block_t *block) {
+#if SM_LINK_AT_END
+  return (sm_block_t **)((uintptr_t)block + page->block_size - sizeof(sm_block_t));
+#else
+  (void)page;
+  return (sm_block_t **)&block->next;
+#endif
+}
 static inline sm_block_t *smi_block_next(const sm_page_t *page, const sm_block_t *block) {
-  smi_track_defined(block, sizeof *block);
-  sm_block_t *next = smi_link_decode(page, (uintptr_t)block->next);
-  smi_track_noaccess(block, sizeof *block);
+  sm_block_t **link = smi_block_link(page, block);
+  smi_track_defined(link, sizeof *link);
+  sm_block_t *next = smi_link_decode(page, (uintptr_t)*link);
+  smi_track_noaccess(link, sizeof *link);
   return next;
 }
 static inline void smi_block_set_next(const sm_page_t *page, sm_block_t *block, sm_block_t *next) {
-  smi_track_undefined(block, sizeof *block);
+  sm_block_t **link = smi_block_link(page, block);
+  smi_track_undefined(link, sizeof *link);
 #if SM_SECURE
-  block->next = (sm_block_t *)(((uintptr_t)next + page->keys[1]) ^ page->keys[0]);
+  *link = (sm_block_t *)(((uintptr_t)next + page->keys[1]) ^ page->keys[0]);
 #elif SM_DEBUG
   (void)page;
-  block->next = (sm_block_t *)((uintptr_t)next ^ smi_read_mostly.secret);
+  *link = (sm_block_t *)((uintptr_t)next ^ smi_read_mostly.secret);
 #else
   (void)page;
-  block->next = next;
+  *link = next;
 #endif
-  smi_track_noaccess(block, sizeof *block);
+  smi_track_noaccess(link, sizeof *link);
 }
 
 /* thread_free packs three things: the delay state in its 2 low bits, the list's first block in
@@ -469,6 +486,20 @@ static inline void smi_page_set_has_aligned(sm_page_t *page) {
  * pointer (secure and debug builds): relaxed atomics. A block being freed was carved before it was
  * handed out, so it lies below every value the read can return. */
 static inline uint32_t smi_page_capacity(const sm_page_t *page) { return __atomic_load_n(&page->capacity, __ATOMIC_RELAXED); }
+
+#if SM_CHECK_FREES
+/* is p the start of a block the page has carved? */
+static inline bool smi_page_block_start(const sm_page_t *page, uintptr_t p) {
+  uintptr_t start = (uintptr_t)smi_page_start(page);
+  return p >= start && p < start + (size_t)smi_page_capacity(page) * page->block_size && smi_block_offset(page, (void *)p) == 0;
+}
+/* does block's link word read as a link of its page's lists (the end, or a block of the page)?
+ * The block may be live: the word is read without telling the memory checkers. */
+static inline bool smi_block_link_reads_free(const sm_page_t *page, const sm_block_t *block) {
+  uintptr_t next = (uintptr_t)smi_link_decode(page, smi_track_peek_word(smi_block_link(page, block)));
+  return next == 0 || smi_page_block_start(page, next);
+}
+#endif
 static inline void smi_page_set_capacity(sm_page_t *page, size_t capacity) {
   __atomic_store_n(&page->capacity, (uint16_t)capacity, __ATOMIC_RELAXED);
 }
@@ -513,8 +544,9 @@ static inline void smi_prefetch_write(const void *p) {
 
 /* Pop `block`, the first of page->free. In the checked builds a block whose link leaves the page
  * is not handed out: the pop reports it and returns NULL (smi_page_pop_bad_link), and the
- * caller takes the generic path. Every block handed out has its link word cleared, so a block
- * that reaches a list twice (freed twice at once by two threads) is caught here the second time. */
+ * caller takes the generic path. Every block handed out has its link word cleared (in the secure
+ * build overwritten by the padding), so a block that reaches a list twice (freed twice at once by
+ * two threads) is caught here the second time. */
 static inline void *smi_page_pop(sm_page_t *page, sm_block_t *block) {
 #if SM_CHECK_FREES
   sm_block_t *next = smi_block_next(page, block);

@@ -694,7 +694,7 @@ static void *page_pop_zero(sm_page_t *page, size_t size, bool zero) {
   if (SM_CHECK_FREES && p == NULL) return NULL;
   (void)size;
   if (zero) { /* the whole block: rezalloc relies on it */
-    if (is_zero) ((sm_block_t *)p)->next = NULL;
+    if (is_zero) *smi_block_link(page, p) = NULL;
     else memset(p, 0, page->block_size);
   }
   return p;

@@ -23,6 +23,13 @@ static void *thread_free_all(void *arg) { /* frees blocks[0..] until a NULL */
   for (void **b = arg; *b != NULL; b++) free(*b);
   return NULL;
 }
+/* a write after free of p, whose usable size was `end`: its first `len` bytes, and the word past
+ * its usable size, where the secure build keeps a free block's list link (the debug build checks
+ * every byte of a freed block) */
+static void write_after_free(void *p, size_t end, int byte, size_t len) {
+  memset(p, byte, len);
+  memset((char *)p + end, byte, 8);
+}
 static void churn_other_class(void) { /* traffic in a size class different from the victim's */
   for (int i = 0; i < 2000; i++) free(malloc(3000));
 }
@@ -69,11 +76,13 @@ static void misuse(const char *c) {
     for (size_t i = end; i < end + 4; i++) q[i] = 0x55;
     free((void *)p);
   } else if (!strcmp(c, "write-after-free")) {
+    size_t end = malloc_usable_size((void *)p);
     free((void *)p);
-    memset((void *)p, 0x55, 16);
+    write_after_free((void *)p, end, 0x55, 16);
   } else if (!strcmp(c, "write-zero-after-free")) { /* 0 into the link word only: no plain NULL */
+    size_t end = malloc_usable_size((void *)p);
     free((void *)p);
-    memset((void *)p, 0, 8);
+    write_after_free((void *)p, end, 0, 8);
   } else if (!strcmp(c, "free-after-heap-destroy")) {
     /* blocks of a destroyed heap, whose segment a new heap takes back from the cache: its first
      * page of the same class lies where theirs was, so most of them are carved blocks on its free
@@ -102,10 +111,11 @@ static void misuse(const char *c) {
     static void *blocks[N + 1];
     for (int i = 0; i < N; i++) blocks[i] = malloc(100);
     blocks[N] = NULL;
+    size_t end = malloc_usable_size(blocks[0]);
     pthread_t t;
     pthread_create(&t, NULL, thread_free_all, blocks);
     pthread_join(t, NULL);
-    memset(blocks[strcmp(c, "write-after-remote-free") ? 0 : 10], 0x55, 16);
+    write_after_free(blocks[strcmp(c, "write-after-remote-free") ? 0 : 10], end, 0x55, 16);
   }
 }
 

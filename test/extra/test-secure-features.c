@@ -19,6 +19,7 @@
  * The program itself is not linked with shardmalloc: the sm_ functions are looked up with dlsym. */
 #include "extra-util.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -261,26 +262,33 @@ static int child(const char *c) {
   }
   if (!strcmp(c, "bad-link")) { /* SHARDMALLOC_ABORT_ON_ERROR=0: a freed block's link overwritten */
     char *p = malloc(100);
+    size_t end = malloc_usable_size(p);
     free(p);
-    memset(opaque_ptr(p), 0x55, 8);
+    memset((char *)opaque_ptr(p) + end, 0x55, 8); /* the link: the word past the usable size */
     int again = -1;
     for (int i = 0; i < 2000 && again < 0; i++)
       if (malloc(100) == p) again = i;
     printf("child: the written block came back at malloc %d\n", again);
     return 0;
   }
-  if (!strcmp(c, "double-free-bad-link")) { /* SHARDMALLOC_ABORT_ON_ERROR=0: freed, link overwritten, freed again */
-    char *p = malloc(100);
+  if (!strcmp(c, "double-free-bad-link")) { /* SHARDMALLOC_ABORT_ON_ERROR=0: freed, overwritten, freed again */
+    char *p = malloc(100), *q = malloc(100);
+    size_t end = malloc_usable_size(q);
     free(p);
-    memset(opaque_ptr(p), 0x55, 8); /* no longer a link into its page: the block looks live by its first word */
+    free(q);
+    memset(opaque_ptr(p), 0x55, 8); /* a first word, where other builds keep the link */
+    memset((char *)opaque_ptr(q) + end, 0x55, 8); /* the link itself: the freed block looks overrun */
     free(opaque_ptr(p));
-    int twice = 0;
+    free(opaque_ptr(q));
+    int times_p = 0, times_q = 0;
     void *got[2000];
     for (int i = 0; i < 2000; i++) {
       got[i] = malloc(100);
-      twice += got[i] == p;
+      times_p += got[i] == p;
+      times_q += got[i] == q;
     }
-    printf("child: the block was handed out %d times in 2000 mallocs\n", twice);
+    printf("child: the block was handed out %d times in 2000 mallocs\n", times_p);
+    printf("child: the block with the overwritten link was handed out %d times\n", times_q);
     for (int i = 0; i < 2000; i++) free(got[i]);
     return 0;
   }
@@ -614,11 +622,15 @@ int main(int argc, char **argv) {
     CHECK(child_signaled(&r, SIGABRT), "expected SIGABRT by default, seen %s; output:%s", child_how(&r), child_output(&r));
   }
 
-  SECTION("a double free after the freed block's first word was overwritten: reported as a double free, ignored") {
+  SECTION("a double free after the freed block's first word was overwritten: reported as a double free, ignored; after its link was: reported") {
     run_secure(&r, "double-free-bad-link", "SHARDMALLOC_ABORT_ON_ERROR=0", NULL);
     CHECK(child_exited(&r, 0), "expected exit 0, seen %s; output:%s", child_how(&r), child_output(&r));
     CHECK(child_says(&r, "double free of"), "expected the double free reported; output:%s", child_output(&r));
     CHECK(!child_says(&r, "handed out 2 times"), "expected the block never handed out twice; output:%s", child_output(&r));
+    CHECK(child_says(&r, "overwritten link was handed out 0 times") || child_says(&r, "overwritten link was handed out 1 times"),
+          "expected the block with the overwritten link never handed out twice; output:%s", child_output(&r));
+    CHECK(child_says(&r, "byte 104 was overwritten") || child_says(&r, "corrupted at block"),
+          "expected the overwritten link reported; output:%s", child_output(&r));
   }
 
   SECTION("a dangling pointer into a destroyed heap's page, carved again by a new heap: reported as a double free") {
