@@ -111,10 +111,10 @@ static bool list_contains(const sm_page_t *page, const sm_block_t *list, const s
 
 /* A free block's link word decodes to NULL or to a block of the same page. In the secure build
  * links are encoded with random keys and every block handed out has its link word overwritten by
- * the padding, so that alone tells a free (or quarantined) block from a live one. Otherwise a live block's first
- * word may look like a link (a self-pointer, a NULL): the owner confirms by scanning the page's
- * lists, and another thread, which must not walk the owner's lists (they change under it),
- * checks the debug build's freed-memory fill. */
+ * the padding, so that alone tells a free (or quarantined) block from a live one. Otherwise a
+ * live block's first word may look like a link (a self-pointer, a NULL): the owner confirms by
+ * scanning the page's lists, and another thread, which must not walk the owner's lists (they
+ * change under it), checks the debug build's freed-memory fill. */
 static bool block_is_free(const sm_page_t *page, const sm_block_t *block, bool owner) {
   if (!smi_block_link_reads_free(page, block)) return false;
   if (SM_SECURE) return true;

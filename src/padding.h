@@ -33,8 +33,9 @@ static inline uint32_t smi_padding_canary(const void *p, size_t usable) {
 }
 static inline bool smi_padding_intact(const void *p, size_t usable) { return smi_padding_canary(p, usable) == smi_canary_of(p); }
 
-/* the secure build marks a freed block by turning its canary into this: free's fast test then
- * takes a second free for what it is without reading the block's first word */
+/* a block released without a free (sm_heap_destroy) has its canary turned into this, so that no
+ * dangling pointer to it passes for live (a freed block carries its link there instead:
+ * SM_LINK_AT_END; secure builds combined with debug or a memory checker mark every free) */
 static inline uint32_t smi_freed_mark_of(const void *p) { return ~smi_canary_of(p); }
 static inline void smi_padding_store_mark(void *p, size_t usable, uint32_t mark) {
   memcpy((uint8_t *)p + usable - SM_PADDING, &mark, 4);
