@@ -11,6 +11,7 @@
  *     with SHARDMALLOC_ABORT_ON_ERROR=0, and aborts by default;
  *   - sm_register_error's handler gets the error code when abort_on_error is off;
  *   - a freed block whose link was overwritten is reported and never handed out again;
+ *   - every block handed out has its first word cleared (a reused block's old data is not there);
  *   - randomised free-list order: two processes see different address sequences, not a fixed
  *     stride, while the release build hands out a fresh page in ascending order;
  *   - randomised reuse: the first freed block handed out again is one of the last 8 freed, not
@@ -395,6 +396,34 @@ static int child(const char *c) {
     for (int i = 0; i < 2000; i++) free(keep[i]);
     return 0;
   }
+  if (!strcmp(c, "first-word")) { /* every block handed out starts with a cleared word */
+    enum { N = 64 };
+    static const size_t sizes[] = {8, 24, 100, 1000, 20000};
+    int reused = 0, dirty = 0;
+    for (int round = 0; round < 50; round++) {
+      size_t n = sizes[round % 5];
+      unsigned char *b[N];
+      uintptr_t old[N];
+      for (int i = 0; i < N; i++) {
+        b[i] = malloc(n);
+        memset(b[i], 0xAB, n);
+        old[i] = (uintptr_t)b[i];
+      }
+      for (int i = 0; i < N; i++) free(b[i]);
+      for (int i = 0; i < N; i++) {
+        b[i] = malloc(n);
+        uint64_t w;
+        memcpy(&w, b[i], 8);
+        bool again = false;
+        for (int j = 0; j < N; j++) again |= old[j] == (uintptr_t)b[i];
+        reused += again;
+        dirty += again && w != 0;
+      }
+      for (int i = 0; i < N; i++) free(b[i]);
+    }
+    printf("child: %d blocks handed out again, %d of them with a first word not cleared\n", reused, dirty);
+    return 0;
+  }
   if (!strcmp(c, "zero-on-free")) { /* run with SHARDMALLOC_ZERO_ON_FREE=1 (or not, as a control) */
     static const size_t sizes[] = {200, 40 * KiB, 300 * KiB};
     int nonzero = 0;
@@ -573,6 +602,16 @@ int main(int argc, char **argv) {
     run_secure(&r, "fork-quarantine", "SHARDMALLOC_QUARANTINE=50", NULL);
     CHECK(child_exited(&r, 0), "expected exit 0, seen %s; output:%s", child_how(&r), child_output(&r));
     CHECK(child_says(&r, "child: 0 of 100 fork children hung or failed"), "expected no fork child to hang; output:%s",
+          child_output(&r));
+  }
+
+  SECTION("every block handed out has its first word cleared (no free-list link or old data there)") {
+    run_secure(&r, "first-word", NULL, NULL);
+    CHECK(child_exited(&r, 0), "expected exit 0, seen %s; output:%s", child_how(&r), child_output(&r));
+    int reused = -1, dirty = -1;
+    const char *line = strstr(child_output(&r), "child: ");
+    if (line) sscanf(line, "child: %d blocks handed out again, %d", &reused, &dirty);
+    CHECK(reused > 1000 && dirty == 0, "expected over 1000 blocks reused, none with its first word set; output:%s",
           child_output(&r));
   }
 
