@@ -348,11 +348,12 @@ static sm_segment_t *segment_cache_take_at(const void *at, size_t units) {
  * after this reads as zero there (segment->purged). A kernel with larger pages than
  * SM_OS_PAGE_SIZE (16 or 64 KiB on some aarch64 systems) keeps the whole OS page that holds the
  * header: the rest of it is cleared by hand (it is resident anyway). */
-static void segment_purge_past_header(sm_segment_t *segment) {
+static bool segment_purge_past_header(sm_segment_t *segment) {
   size_t os_page = smi_os_page_size();
   size_t kept = os_page > SM_OS_PAGE_SIZE ? os_page : SM_OS_PAGE_SIZE;
+  if (!smi_os_purge((uint8_t *)segment + kept, segment->size - kept, true)) return false;
   if (kept > SM_OS_PAGE_SIZE) memset((uint8_t *)segment + SM_OS_PAGE_SIZE, 0, kept - SM_OS_PAGE_SIZE);
-  smi_os_purge((uint8_t *)segment + kept, segment->size - kept, true);
+  return true;
 }
 
 /* Purge (or unmap) cached mappings whose delay has passed (now = UINT64_MAX: all of them); with
@@ -373,12 +374,13 @@ static void segment_cache_sweep(uint64_t now, bool force) {
     bool multi = segment->map_size > SM_SEGMENT_SIZE;
     uint64_t due = segment->purge_at;
     bool expired = force || (!segment->purged && due <= now);
-    if (expired && (force || multi || smi_mem_is_pinned(segment))) {
+    /* a purge that fails (MADV_DONTNEED on memory locked by mlockall: EINVAL) would leave the
+     * segment marked as reading zero, and calloc would hand out old data: unmap it instead */
+    if (expired && (force || multi || smi_mem_is_pinned(segment) || !segment_purge_past_header(segment))) {
       segment_os_free(segment);
       continue;
     }
     if (expired) {
-      segment_purge_past_header(segment);
       smi_mem_purged(segment->size - SM_OS_PAGE_SIZE - segment->purged_bytes);
       segment->purged_bytes = segment->size - SM_OS_PAGE_SIZE;
       segment->purged = 1;

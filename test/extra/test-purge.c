@@ -77,6 +77,9 @@
  *                  falls by more than 48 MiB (the heap of a thread the fork left behind is
  *                  collected by the child itself); it also frees that thread's huge block, and
  *                  a visit of that thread's heap is refused;
+ *   mlock-calloc   under mlockall (skipped where not permitted), where MADV_DONTNEED fails: a freed
+ *                  3 MiB block and 12,000 freed small blocks, collected, then calloc'ed: every
+ *                  byte reads zero (a failed purge of a cached segment passed for a done one);
  *   idle-race      an owner that sleeps for 0-250 ms while another thread frees most of its blocks
  *                  and then wakes up and allocates, 40 times: the purger takes its emptied pages
  *                  in between (or while it wakes), and no block it kept loses its contents.
@@ -791,6 +794,57 @@ static void case_huge_quiet(void) {
     printf("      page faults writing the second 8 MiB block: %ld (2,048 pages)\n", faults);
     CHECK(faults < 256, "expected the cached mapping to be reused, seen %ld page faults", faults);
     free(q);
+  }
+}
+/* calloc counts on memory given back with MADV_DONTNEED reading as zero; under mlockall that
+ * madvise fails (EINVAL), and a cached segment whose purge failed was still taken as zero until
+ * 2026-11-27: calloc handed out the old bytes (a 3 MiB block, and small blocks of a reused segment) */
+static size_t nonzero_bytes(const uint8_t *p, size_t n) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += p[i] != 0;
+  return bad;
+}
+static void case_mlock_calloc(void) {
+  if (mlockall(MCL_CURRENT | MCL_FUTURE) != 0) {
+    char why[160];
+    snprintf(why, sizeof why, "mlockall: %s (needs CAP_IPC_LOCK or a large enough RLIMIT_MEMLOCK)", strerror(errno));
+    sm_skip(why);
+  }
+  SECTION("mlockall: a 3 MiB block freed, its cached mapping's purge fails: calloc of it reads zero") {
+    size_t n = 3 * MiB;
+    uint8_t *p = malloc(n);
+    if (p == NULL) abort();
+    memset(p, 0xAB, n);
+    __asm__ volatile("" : : "r"(p) : "memory");
+    free(p);
+    sm_collect(false); /* purges the segment cache: the madvise that fails */
+    uint8_t *q = calloc(1, n);
+    CHECK_NONNULL(q);
+    size_t bad = q != NULL ? nonzero_bytes(q, n) : 0;
+    printf("      same address: %s; bytes not zero: %zu of %zu\n", q == p ? "yes" : "no", bad, n);
+    CHECK(bad == 0, "expected calloc's block to read zero, seen %zu bytes that do not", bad);
+    free(q);
+  }
+  SECTION("mlockall: 12,000 blocks of 1,000 bytes freed and collected: 12,000 callocs of them read zero") {
+    enum { N = 12000, SIZE = 1000 };
+    uint8_t **blocks = map_array(N * sizeof(uint8_t *));
+    for (int i = 0; i < N; i++) {
+      blocks[i] = malloc(SIZE);
+      if (blocks[i] == NULL) abort();
+      memset(blocks[i], 0xAB, SIZE);
+      __asm__ volatile("" : : "r"(blocks[i]) : "memory");
+    }
+    for (int i = 0; i < N; i++) free(blocks[i]);
+    sm_collect(false);
+    size_t bad = 0;
+    for (int i = 0; i < N; i++) {
+      blocks[i] = calloc(1, SIZE);
+      if (blocks[i] == NULL) abort();
+      bad += nonzero_bytes(blocks[i], SIZE);
+    }
+    printf("      bytes not zero: %zu of %d\n", bad, N * SIZE);
+    CHECK(bad == 0, "expected every calloc'ed block to read zero, seen %zu bytes that do not", bad);
+    for (int i = 0; i < N; i++) free(blocks[i]);
   }
 }
 static void prefault_child(void) {
@@ -1586,7 +1640,7 @@ static void case_fork_orphans(void) {
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|lone|join-tls|cancel|cancel-exit|fork-live|huge-realloc|prefault|adaptive|kind-switch|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|lone|join-tls|cancel|cancel-exit|fork-live|huge-realloc|prefault|adaptive|kind-switch|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans|mlock-calloc\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -1626,6 +1680,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "rounds")) case_rounds();
   else if (!strcmp(c, "cache-rhythm")) case_cache_rhythm();
   else if (!strcmp(c, "fork-orphans")) case_fork_orphans();
+  else if (!strcmp(c, "mlock-calloc")) case_mlock_calloc();
   else {
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
