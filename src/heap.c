@@ -308,7 +308,10 @@ void smi_heaps_fork_lock(void) {
 
 /* A remote free that was telling a heap about a full page at the fork left the page in delay
  * state FREEING, which the child, its owner now, would wait out forever (the block it carried may
- * be lost: a leak in the child). Such a page is in its heap's full queue. */
+ * be lost: a leak in the child). Such a page is in its heap's full queue. The heap may be the
+ * forking thread's, one made with sm_heap_new, or that of a thread the fork left behind, which the
+ * child collects (purge.c, orphans): until 2026-11-27 those were not mended, and the child hung in
+ * that collection once it had freed the page's other blocks (found in review). */
 static void fork_child_end_notify(sm_heap_t *heap) {
   for (sm_page_t *page = heap->pages[SM_BIN_FULL].first; page != NULL; page = page->next) {
     uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
@@ -319,7 +322,17 @@ static void fork_child_end_notify(sm_heap_t *heap) {
 
 void smi_heaps_fork_unlock(bool child) {
   bool notifying = child && atomic_load_explicit(&smi_remote_notifying, memory_order_relaxed) > 0;
-  if (notifying && smi_tls_backing != NULL) fork_child_end_notify(smi_tls_backing);
+  if (notifying) { /* the threads' heaps; a lock held at the fork stays held, and its heap untouched */
+    for (sm_heap_t *heap = smi_heaps_first(); heap != NULL; heap = heap->all_next) {
+      if (heap->kind != SM_HEAP_THREAD || heap->tld == NULL) continue;
+      if (heap == smi_tls_backing) {
+        fork_child_end_notify(heap);
+      } else if (smi_heap_trylock(heap)) {
+        fork_child_end_notify(heap);
+        smi_heap_unlock(heap);
+      }
+    }
+  }
   user_parts_for_each(h, part) {
     if (notifying) fork_child_end_notify(part);
     smi_heap_unlock(part);
