@@ -390,7 +390,24 @@ static void *any_alloc_checked(sm_heap_t *heap, size_t size, size_t alignment, s
 /* ---- realloc ----
  * As glibc: NULL -> malloc; size 0 -> free and return NULL; failure leaves p intact (unless
  * free_on_fail). A block that still fits (and is aligned as asked) and is at most halved stays
- * where it is. With zero, bytes past the old usable size read as zero (rezalloc). */
+ * where it is; so does one that shrinks more when no memory is to be had for a smaller block
+ * (glibc's shrinks never fail, and `p = realloc(p, smaller)` unchecked is common). With zero,
+ * bytes past the old usable size read as zero (rezalloc). */
+
+/* p keeps its block at newsize (<= its usable size): padded builds rewrite its padding (the debug
+ * build fills the bytes past the requested size and reports that size as usable) */
+static void *realloc_in_place(void *p, size_t newsize, size_t usable, bool zero) {
+#if SM_CHECK_FREES
+  uint8_t *q = sm_expand(p, newsize);
+  if (zero && q != NULL && newsize > usable) memset(q + usable, 0, newsize - usable);
+  else if (zero && q != NULL && !SM_PADDING_EXACT) memset(q + newsize, 0, usable - newsize);
+  return q;
+#else
+  if (zero) memset((uint8_t *)p + newsize, 0, usable - newsize);
+  return p;
+#endif
+}
+
 static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignment, size_t offset, bool zero,
                          bool free_on_fail) {
   if (p == NULL) return any_alloc(heap, newsize, alignment, offset, zero);
@@ -411,22 +428,10 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
   bool aligned = alignment == 0 || (((uintptr_t)p + offset) & (alignment - 1)) == 0;
   /* With zero, every byte past the new size up to the usable size reads as zero afterwards (as
    * after a zeroed allocation), so that a later growth need clear only past the usable size:
-   * after a shrink in place they still hold what the program wrote. */
-  if (!SM_CHECK_FREES && aligned && newsize <= usable && newsize >= usable / 2) {
-    if (zero) memset((uint8_t *)p + newsize, 0, usable - newsize);
-    return p;
-  }
-#if SM_CHECK_FREES
-  /* padded builds: the block stays; its padding is rewritten (the debug build fills the bytes
-   * past the requested size, and reports the requested size as usable) */
-  size_t room = usable_raw(p) - SM_PADDING;
-  if (aligned && newsize <= room && newsize >= room / 2) {
-    uint8_t *q = sm_expand(p, newsize);
-    if (zero && q != NULL && newsize > usable) memset(q + usable, 0, newsize - usable);
-    else if (zero && q != NULL && !SM_PADDING_EXACT) memset(q + newsize, 0, usable - newsize);
-    return q;
-  }
-#endif
+   * after a shrink in place they still hold what the program wrote. The room is the whole block
+   * up to its padding (the debug build's usable size is the requested size). */
+  size_t room = SM_CHECK_FREES ? usable_raw(p) - SM_PADDING : usable;
+  if (aligned && newsize <= room && newsize >= room / 2) return realloc_in_place(p, newsize, usable, zero);
   if (!SM_TRACK && alignment == 0 && newsize > usable && newsize > SM_LARGE_OBJ_MAX) {
     sm_segment_t *segment = smi_ptr_segment(p);
     if (segment->kind == SM_SEGMENT_HUGE && p == smi_page_start(&segment->pages[0])) {
@@ -440,8 +445,13 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
       }
     }
   }
+  int saved_errno = errno;
   uint8_t *q = any_alloc(heap, newsize, alignment, offset, false);
   if (sm_unlikely(q == NULL)) {
+    if (aligned && newsize <= room) {
+      errno = saved_errno;
+      return realloc_in_place(p, newsize, usable, zero);
+    }
     if (free_on_fail) sm_free(p);
     return NULL;
   }

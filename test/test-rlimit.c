@@ -1,6 +1,7 @@
 /* test-rlimit: address-space exhaustion (DROPIN 17).  A child process lowers RLIMIT_AS to a little
  * above what it uses, then allocates until every size class fails.  Every entry point must then
- * return NULL with ENOMEM (posix_memalign: return ENOMEM), a failed realloc must keep its block,
+ * return NULL with ENOMEM (posix_memalign: return ENOMEM), a failed realloc must keep its block, a
+ * shrinking realloc must not fail (as glibc's),
  * threads whose first allocation (heap set-up: metadata) happens now must get NULL too, and nothing
  * may crash or abort.  After freeing, allocation works again. */
 #include "sm-test.h"
@@ -32,6 +33,7 @@ static size_t nptrs;
 static long oom_nulls;
 static char *reserved_small; /* allocated before the limit */
 static char *reserved_huge;  /* 8 MiB, allocated before the limit */
+static char *reserved_shrink[2]; /* 16 MiB and 60,000 bytes, allocated before the limit */
 
 static pthread_barrier_t bar;
 static atomic_int thread_bad;
@@ -79,6 +81,10 @@ static int child(void) {
   reserved_small = malloc(100);
   reserved_huge = malloc(8 << 20);
   if (reserved_huge) fill_pattern(reserved_huge, 8 << 20, 8);
+  reserved_shrink[0] = malloc(16 << 20);
+  reserved_shrink[1] = malloc(60000);
+  if (reserved_shrink[0]) fill_pattern(reserved_shrink[0], 1 << 20, 16);
+  if (reserved_shrink[1]) fill_pattern(reserved_shrink[1], 100, 17);
   printf("child: starting\n");
   pthread_barrier_init(&bar, NULL, 3);
   pthread_t t[2];
@@ -103,6 +109,21 @@ static int child(void) {
     CHECK(nptrs < MAXP, "expected exhaustion before %u blocks, seen none%s", MAXP, "");
   }
   SECTION("every entry point under exhaustion returns NULL/ENOMEM, no crash") {
+    /* a shrink never fails (as glibc's): with no memory for a smaller block, the block stays
+     * (until 2026-11-27 these returned NULL/ENOMEM) */
+    static const size_t shrink_to[2] = {1 << 20, 100};
+    for (int k = 0; k < 2; k++) {
+      CHECK_NONNULL(reserved_shrink[k]);
+      if (reserved_shrink[k] == NULL) continue;
+      errno = EDOM;
+      char *q = realloc(reserved_shrink[k], shrink_to[k]);
+      CHECK(q != NULL && errno == EDOM, "realloc shrinking a block to %zu bytes under exhaustion: expected a block "
+            "and errno untouched, seen %p errno %d", shrink_to[k], (void *)q, errno);
+      if (q == NULL) continue;
+      CHECK_PATTERN(q, shrink_to[k], 16 + k);
+      CHECK(malloc_usable_size(q) >= shrink_to[k], "usable size %zu", malloc_usable_size(q));
+      free(q);
+    }
     oom_nulls = 0;
     size_t big = 4 << 20;
     CHECK_OOM(malloc(big), "malloc");
