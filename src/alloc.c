@@ -73,6 +73,31 @@ static size_t padding_usable(const void *p, size_t usable) {
 static size_t zero_len(size_t size, size_t usable) { return SM_PADDING_EXACT ? size : usable - SM_PADDING; }
 
 #if SM_DEBUG
+/* Of a huge block the debug build fills at most this much at each end of the requested bytes and
+ * at the start of the slack: filling all of it made every page of a block of gigabytes resident
+ * at malloc (malloc of more than the machine has was killed by the OOM killer, where the release
+ * build returns a block whose untouched pages cost nothing). An overflow that reaches the block's
+ * end still meets the canary. */
+#define SM_DEBUG_HUGE_FILL ((size_t)64 * 1024)
+static bool is_huge(const void *p) { return smi_ptr_segment(p)->kind == SM_SEGMENT_HUGE; }
+/* the end of the slack that is filled (and checked at free): [size, canary_at) but for huge blocks */
+static size_t slack_end(const void *p, size_t size, size_t canary_at) {
+  return canary_at - size > SM_DEBUG_HUGE_FILL && is_huge(p) ? size + SM_DEBUG_HUGE_FILL : canary_at;
+}
+static void fill_slack(uint8_t *b, size_t size, size_t usable) {
+  size_t canary_at = usable - SM_PADDING;
+  memset(b + size, SM_FILL_SLACK, slack_end(b, size, canary_at) - size);
+}
+/* the requested bytes of a fresh block: all of them, or both ends of a huge block's */
+static void fill_fresh(uint8_t *b, size_t size) {
+  if (size <= 2 * SM_DEBUG_HUGE_FILL || !is_huge(b)) {
+    memset(b, SM_FILL_FRESH, size);
+    return;
+  }
+  memset(b, SM_FILL_FRESH, SM_DEBUG_HUGE_FILL);
+  memset(b + size - SM_DEBUG_HUGE_FILL, SM_FILL_FRESH, SM_DEBUG_HUGE_FILL);
+}
+
 /* the first byte of b[from, to) that is not `fill`, or SIZE_MAX; a word at a time: the debug build
  * reads every freed block at its reuse and every block's slack at its free */
 static size_t first_unlike(const uint8_t *b, size_t from, size_t to, uint8_t fill) {
@@ -112,8 +137,10 @@ void *padding_finish_full(void *p, size_t size, bool zero, bool cleared) {
     if (i != SIZE_MAX)
       smi_error(EFAULT, "write after free in block %p (block size %zu): byte %zu was written", (void *)block, page->block_size, i);
   }
-  if (!cleared) memset(b, zero ? 0 : SM_FILL_FRESH, size); /* after the check: it covers the link word too */
-  memset(b + size, SM_FILL_SLACK, usable - size - SM_PADDING);
+  /* after the check: it covers the link word too */
+  if (zero && !cleared) memset(b, 0, size);
+  else if (!cleared) fill_fresh(b, size);
+  fill_slack(b, size, usable);
 #else
   /* the first word cleared: no link leaks out (usable >= SM_PADDING; the secure build's link is
    * in the padding word, which the padding write covers, and its first word is cleared too) */
@@ -172,7 +199,7 @@ bool smi_padding_check(const void *p, size_t block_size) {
   smi_track_defined(b + from, usable - from);
   size_t bad = SIZE_MAX;
 #if SM_DEBUG
-  if (size < canary_at) bad = first_unlike(b, size, canary_at, SM_FILL_SLACK);
+  if (size < canary_at) bad = first_unlike(b, size, slack_end(b, size, canary_at), SM_FILL_SLACK);
 #endif
   uint32_t canary = smi_canary_of(p);
   for (size_t i = 0; bad == SIZE_MAX && i < 4; i++) {
@@ -209,7 +236,7 @@ void *sm_expand(void *p, size_t newsize) {
   if (newsize > SM_MAX_ALLOC_SIZE || newsize + SM_PADDING > usable) return NULL;
   smi_track_undefined(b + size, usable - size);
 #if SM_DEBUG
-  memset(b + newsize, SM_FILL_SLACK, usable - newsize - SM_PADDING);
+  fill_slack(b, newsize, usable);
 #endif
   smi_padding_write(b, newsize, usable);
   smi_track_resize(b, size, newsize);

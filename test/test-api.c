@@ -334,6 +334,24 @@ static void test_realloc(void) {
       } else free(a);
     }
   }
+  SECTION("huge blocks: malloc, calloc and realloc leave the pages they need not write untouched") {
+    /* as glibc's mmap'ed chunks: a program may ask for more than it uses (or than the machine
+     * has). The debug build filled all of a huge block until 2026-11-27 (run under it by
+     * extra-suite-debug-test-api-preload). */
+    size_t before = rss_bytes();
+    char *a = malloc(512 * MiB), *b = calloc(1, 512 * MiB), *c = malloc(MiB);
+    CHECK_NONNULL(a);
+    CHECK_NONNULL(b);
+    if (c) c = realloc(c, 512 * MiB);
+    CHECK_NONNULL(c);
+    size_t after = rss_bytes();
+    printf("      RSS %zu MiB -> %zu MiB with three blocks of 512 MiB\n", before / MiB, after / MiB);
+    CHECK(after < before + 64 * MiB, "expected RSS to grow by less than 64 MiB, seen %zu -> %zu MiB", before / MiB,
+          after / MiB);
+    free(a);
+    free(b);
+    free(c);
+  }
   SECTION("realloc within the usable size grows and shrinks in place") {
     static const size_t sizes[] = {1, 7, 16, 33, 100, 250, 1000, 3000, 10000, 70000, 500000, 3 << 20, 20 << 20};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
