@@ -52,7 +52,8 @@ static size_t usable_raw(const void *p) {
 static size_t padded(size_t size) { return size > SM_MAX_ALLOC_SIZE ? SIZE_MAX : size + SM_PADDING; }
 /* A zeroed request that becomes a huge block is cleared by smi_huge_alloc, which writes nothing
  * where the OS cleared it: clearing it here would write (and commit) every page of what may be
- * gigabytes (calloc of 1 TiB ran into the OOM killer instead of returning a lazy block). */
+ * gigabytes (calloc of 1 TiB, while mappings still escaped the kernel's overcommit check, ran
+ * into the OOM killer instead of returning a lazy block). */
 static bool huge_zeroed(size_t size, bool zero) { return zero && padded(size) > SM_LARGE_OBJ_MAX; }
 
 /* the requested size recorded in p's padding (the whole span if the record is damaged) */

@@ -267,7 +267,7 @@ static int arena_reserve_os(size_t size, bool commit, bool allow_large, bool exc
   if (allow_large && !SM_SECURE && smi_os_hugetlb_free(SM_HUGE_2M) >= size / SM_HUGE_2M)
     pinned = (p = os_alloc_hugetlb(size, -1)) != NULL;
   if (p == NULL) {
-    p = smi_os_alloc_aligned(size, SM_SEGMENT_SIZE, 0);
+    p = smi_os_alloc_aligned_noreserve(size, SM_SEGMENT_SIZE);
     if (p == NULL) return ENOMEM;
     if (allow_large) smi_os_use_large_pages(p, size);
     if (commit) smi_os_populate(p, size);

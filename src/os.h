@@ -12,6 +12,10 @@
  * multiple of `alignment` (a power of two >= the OS page size). The mapping is exactly
  * [result, result + size). NULL when the OS refuses. */
 void *smi_os_alloc_aligned(size_t size, size_t alignment, size_t offset);
+/* the same, but outside the OS's accounting of committed memory (Linux: MAP_NORESERVE): for
+ * arenas the program asked to reserve, which may be larger than the machine's memory. An
+ * ordinary mapping larger than what the OS can back is refused, as glibc's malloc is. */
+void *smi_os_alloc_aligned_noreserve(size_t size, size_t alignment);
 void smi_os_free(void *p, size_t size);
 /* Move the mapping [p, p+old_size) to a new one of new_size bytes, aligned to `alignment`,
  * without copying (page tables move); the old range is gone. NULL (and p intact) on failure. */

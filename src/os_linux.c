@@ -85,8 +85,12 @@ bool smi_os_protect(void *p, size_t size) {
   return ok;
 }
 
-static void *os_mmap(void *hint, size_t size, int prot) {
-  void *p = mmap(hint, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+/* flags: 0, or MAP_NORESERVE to leave the mapping out of the kernel's overcommit check. Without
+ * it, a mapping larger than the machine's memory and swap is refused (overcommit mode 0), as
+ * glibc's and jemalloc's are: malloc of more than the machine has gets NULL/ENOMEM at once
+ * instead of a block that the OOM killer answers later (until 2026-11-27 every mapping had it). */
+static void *os_mmap(void *hint, size_t size, int prot, int flags) {
+  void *p = mmap(hint, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
   if (p == MAP_FAILED) return NULL;
   /* block addresses must fit in 48 bits (page->thread_free packs a count above them); Linux maps
    * above that only for a hint that asks for it (5-level page tables, 52-bit arm64) */
@@ -97,7 +101,7 @@ static void *os_mmap(void *hint, size_t size, int prot) {
   return p;
 }
 
-static void *os_try_hint(size_t size, int prot) {
+static void *os_try_hint(size_t size, int prot, int flags) {
   if (size > ((size_t)1 << 36)) return NULL; /* leave very large mappings to the kernel */
   size_t span = smi_align_up(size, SM_SEGMENT_SIZE);
   uintptr_t hint = atomic_fetch_add_explicit(&os_hint, span, memory_order_relaxed);
@@ -105,7 +109,7 @@ static void *os_try_hint(size_t size, int prot) {
     atomic_store_explicit(&os_hint, OS_HINT_BASE + span, memory_order_relaxed);
     hint = OS_HINT_BASE;
   }
-  void *p = os_mmap((void *)hint, size, prot);
+  void *p = os_mmap((void *)hint, size, prot, flags);
   if (p != NULL && p != (void *)hint) { /* the kernel placed it elsewhere */
     munmap(p, size);
     p = NULL;
@@ -113,14 +117,14 @@ static void *os_try_hint(size_t size, int prot) {
   return p;
 }
 
-static void *os_alloc_aligned(size_t size, size_t alignment, size_t offset, int prot) {
+static void *os_alloc_aligned(size_t size, size_t alignment, size_t offset, int prot, int flags) {
   int saved = errno;
   void *result = NULL;
-  if (offset == 0 && alignment == SM_SEGMENT_SIZE) result = os_try_hint(size, prot);
+  if (offset == 0 && alignment == SM_SEGMENT_SIZE) result = os_try_hint(size, prot, flags);
   if (result == NULL) {
     size_t over = size + alignment;
     if (over >= size) { /* no overflow */
-      uint8_t *base = os_mmap(NULL, over, prot);
+      uint8_t *base = os_mmap(NULL, over, prot, flags);
       if (base != NULL) {
         uintptr_t p = smi_align_up((uintptr_t)base + offset, alignment) - offset;
         if (p < (uintptr_t)base) p += alignment;
@@ -136,7 +140,10 @@ static void *os_alloc_aligned(size_t size, size_t alignment, size_t offset, int 
 }
 
 void *smi_os_alloc_aligned(size_t size, size_t alignment, size_t offset) {
-  return os_alloc_aligned(size, alignment, offset, PROT_READ | PROT_WRITE);
+  return os_alloc_aligned(size, alignment, offset, PROT_READ | PROT_WRITE, 0);
+}
+void *smi_os_alloc_aligned_noreserve(size_t size, size_t alignment) {
+  return os_alloc_aligned(size, alignment, 0, PROT_READ | PROT_WRITE, MAP_NORESERVE);
 }
 
 static bool os_is_pinned(const void *p, size_t size);
@@ -422,7 +429,7 @@ bool smi_os_unprotect(void *p, size_t size) {
 #endif
 
 void *smi_os_reserve_aligned(size_t size, size_t alignment) {
-  return os_alloc_aligned(size, alignment, 0, PROT_NONE);
+  return os_alloc_aligned(size, alignment, 0, PROT_NONE, MAP_NORESERVE);
 }
 
 bool smi_os_map_hugetlb(void *p, size_t size, size_t page_size, int numa_node) {
