@@ -440,7 +440,15 @@ int main(int argc, char **argv) {
     pthread_barrier_init(&round_start, NULL, (unsigned)nthreads);
     for (int round = 0; round < rounds; round++) {
       pthread_t t[64];
-      for (int i = 0; i < nthreads; i++) pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(round * 64 + i));
+      for (int i = 0; i < nthreads; i++) {
+        int err = pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(round * 64 + i));
+        if (err != 0) { /* under a memory limit glibc may get no stack or TLS for it */
+          CHECK(may_fail, "pthread_create: expected a thread, seen %s", strerror(err));
+          printf("  round %d: pthread_create failed (%s); the round's workers wait for each other, so the run "
+                 "ends here\n", round, strerror(err));
+          exit(sm_test_summary()); /* the workers started are blocked at the barrier for good */
+        }
+      }
       for (int i = 0; i < nthreads; i++) pthread_join(t[i], NULL);
       /* their creators have ended: the heaps are served through their locks now; deleting them
        * keeps their blocks (in the shared table) valid */
