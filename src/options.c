@@ -206,7 +206,13 @@ static void conf_apply(const char *conf, bool report) {
       if (report) smi_warning("SHARDMALLOC_CONF: no option is named \"%.*s\"; ignored", (int)klen, item);
       continue;
     }
-    snprintf(value, sizeof value, "%.*s", (int)vlen, item + vstart); /* a longer one is no valid number */
+    if (vlen >= sizeof value) { /* cut short, "000...05" would read as 0 */
+      if (report)
+        smi_warning("SHARDMALLOC_CONF entry %s: the value (%zu characters) is too long; %s stays %ld", options[opt].name,
+                    vlen, options[opt].name, smi_option((sm_option_t)opt));
+      continue;
+    }
+    snprintf(value, sizeof value, "%.*s", (int)vlen, item + vstart);
     snprintf(what, sizeof what, "SHARDMALLOC_CONF entry %s", options[opt].name);
     option_apply((sm_option_t)opt, value, FROM_CONF, report, what);
   }

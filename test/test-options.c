@@ -364,6 +364,13 @@ static int run_cases(const char *secure_lib) {
     CHECK_RUN("dump", "SHARDMALLOC_CONF=purge_delay=x,segment_cache=7");
     CHECK_LINE("SHARDMALLOC_CONF", "\"x\"");
     check_value("segment_cache", 7);
+    /* a value too long to read is refused, not cut short (until 2026-11-27 these 70 zeros and a 5
+     * were read as their first 63 characters: 0) */
+    CHECK_RUN("dump", "SHARDMALLOC_CONF=purge_delay=" "0000000000" "0000000000" "0000000000" "0000000000" "0000000000"
+              "0000000000" "0000000000" "5,segment_cache=6");
+    CHECK_LINE("SHARDMALLOC_CONF entry purge_delay", "too long");
+    check_value("purge_delay", 10);
+    check_value("segment_cache", 6);
   }
   SECTION("MIMALLOC_<NAME>: current and old names, below SHARDMALLOC_CONF") {
     CHECK_RUN("dump", "MIMALLOC_PURGE_DELAY=70", "MIMALLOC_LARGE_OS_PAGES=1", "MIMALLOC_RESET_DECOMMITS=0",
