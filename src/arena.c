@@ -329,9 +329,25 @@ static bool mem_limit_allows(size_t size) {
  * OS pages only when nothing else is left (a thread's first segments, eager_commit_delay).
  * arena_id: from that arena only (NULL once it is full); 0: arenas that are not exclusive, then
  * the OS. */
+/* an option the program set makes allocations fail: said once, so that a program that fails at
+ * once (disallow_os_alloc without a reservation) is not left to guess why */
+static _Atomic(bool) refusal_told[2];
+static void tell_refusal(bool by_limit, size_t size) {
+  if (atomic_exchange_explicit(&refusal_told[by_limit], true, memory_order_relaxed)) return;
+  if (by_limit)
+    smi_warning("memory_limit (%ld bytes) reached: %zu more bytes of OS memory refused, and allocations that need "
+                "them fail (said once)", smi_option(sm_option_memory_limit), size);
+  else
+    smi_warning("disallow_os_alloc: the reserved arenas have no room for %zu more bytes, and allocations that need "
+                "them fail (said once)", size);
+}
+
 void *smi_mem_alloc_ex(size_t size, size_t alignment, size_t offset, bool avoid_pinned, int arena_id, bool *is_zero) {
   if (sm_unlikely(atomic_load_explicit(&arenas_state, memory_order_acquire) != INIT_DONE)) smi_arenas_init();
-  if (!mem_limit_allows(size)) return NULL;
+  if (!mem_limit_allows(size)) {
+    tell_refusal(true, size);
+    return NULL;
+  }
   *is_zero = true;
   void *p = arenas_alloc(size, alignment, offset, !avoid_pinned || arena_id != 0, arena_id, is_zero);
   if (p == NULL && arena_id == 0 && os_alloc_allowed()) {
@@ -339,6 +355,7 @@ void *smi_mem_alloc_ex(size_t size, size_t alignment, size_t offset, bool avoid_
     if (p == NULL) p = os_alloc(size, alignment, offset, !avoid_pinned);
   }
   if (p == NULL && avoid_pinned && arena_id == 0) p = arenas_alloc(size, alignment, offset, true, 0, is_zero);
+  if (p == NULL && arena_id == 0 && !os_alloc_allowed()) tell_refusal(false, size);
   if (p != NULL && !atomic_load_explicit(&smi_mem_ever, memory_order_relaxed))
     atomic_store_explicit(&smi_mem_ever, true, memory_order_relaxed);
   return p;

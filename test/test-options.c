@@ -351,11 +351,22 @@ static int run_cases(const char *secure_lib) {
     check_value("purge_delay", 5);
     CHECK_LINE("warning: ", "SHARDMALLOC_purge_delay=6");
   }
+  SECTION("an option that makes allocations fail says so, once") {
+    /* disallow_os_alloc without a reservation: every allocation fails at once (until 2026-11-27
+     * without a word from shardmalloc) */
+    CHECK_RUN("dump", "SHARDMALLOC_DISALLOW_OS_ALLOC=1");
+    CHECK_LINE("warning: disallow_os_alloc", "said once");
+    CHECK_EQ(count("warning: "), 1);
+    CHECK_RUN("dump", "SHARDMALLOC_MEMORY_LIMIT=1M");
+    CHECK_LINE("warning: memory_limit (1048576 bytes) reached", "said once");
+    CHECK_EQ(count("warning: "), 1);
+    check_value("memory_limit", 1L << 20);
+  }
   SECTION("SHARDMALLOC_CONF: '=' and ':', spaces, precedence below SHARDMALLOC_<NAME>") {
-    CHECK_RUN("dump", "SHARDMALLOC_CONF=show_stats=0,purge_delay=50,segment_cache:7, memory_limit = 1M ,,Quarantine=3");
+    CHECK_RUN("dump", "SHARDMALLOC_CONF=show_stats=0,purge_delay=50,segment_cache:7, memory_limit = 1G ,,Quarantine=3");
     check_value("purge_delay", 50);
     check_value("segment_cache", 7);
-    check_value("memory_limit", 1L << 20);
+    check_value("memory_limit", 1L << 30);
     check_value("quarantine", 3);
     CHECK_NOT_OUT("warning: ");
     CHECK_RUN("dump", "SHARDMALLOC_CONF=purge_delay=50,segment_cache=7,purge_delay=55", "SHARDMALLOC_SEGMENT_CACHE=8");
