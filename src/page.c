@@ -210,10 +210,12 @@ void smi_page_collect_remote(sm_page_t *page) {
  * Blocks are not counted one by one (that would cost the fast paths). Instead, when `free` is
  * refilled from local_free it is empty, so every block put on it last time was allocated, and the
  * n blocks moving over (capacity - used) were all freed since. A refill only adds n to the page's
- * stat_freed and notes n in stat_handed; a fold (every SM_STATS_FOLD_BLOCKS blocks, and when the
- * page is given back or synced) works the allocations out from the blocks carved and handed since
- * the last fold, and adds both to the heap's figures. The heap adds its figures to the process
- * totals every SM_STATS_FLUSH_BYTES. */
+ * stat_freed. A fold (when stat_freed reaches SM_STATS_FOLD_BLOCKS, and when the page is given
+ * back, goes full or is synced) is told how many blocks are on `free` then, and works out the
+ * allocations since the last fold: every block put on `free` since (refilled: stat_freed; carved:
+ * the capacity's growth) and the ones that were on it then, less the ones still on it. It adds
+ * both figures to the heap's, and the heap adds its figures to the process totals every
+ * SM_STATS_FLUSH_BYTES. */
 #define SM_STATS_FOLD_BLOCKS 4096
 #define SM_STATS_FLUSH_BYTES ((int64_t)1 << 20)
 
@@ -269,39 +271,42 @@ static void page_account(sm_page_t *page, int64_t allocated, int64_t freed) {
   if (d[0] + d[1] > SM_STATS_FLUSH_BYTES) smi_stats_heap_flush(heap);
 }
 
-/* blocks handed out since the last fold, except those still on `free` (the caller counts those) */
-static void page_fold(sm_page_t *page) {
-  int64_t allocated = (int64_t)page->stat_base_handed + page->stat_freed + (page->capacity - page->stat_base_capacity) -
-                      page->stat_handed;
-  page_account(page, allocated, page->stat_freed);
+/* count the blocks handed out and freed since the last fold, and freed_more freed blocks the
+ * refills have not counted; on_free blocks are on `free` now. One page_account: a flush between an
+ * allocation count and its free count would make a false peak. */
+static void page_fold(sm_page_t *page, uint32_t on_free, int64_t freed_more) {
+  int64_t allocated = (int64_t)page->stat_base_on_free + page->stat_freed + (page->capacity - page->stat_base_capacity) - on_free;
+  page_account(page, allocated, page->stat_freed + freed_more);
   page->stat_freed = 0;
-  page->stat_base_handed = page->stat_handed;
+  page->stat_base_on_free = (uint16_t)on_free;
   page->stat_base_capacity = page->capacity;
 }
 
-/* a refill: the last list was used up, n blocks come back from local_free */
+/* a refill: the last list was used up, n blocks come back (and make up the new `free`) */
 static inline void page_refill_count(sm_page_t *page, uint32_t n) {
   page->stat_freed = (uint16_t)(page->stat_freed + n);
-  page->stat_handed = (uint16_t)n;
-  if (sm_unlikely(page->stat_freed >= SM_STATS_FOLD_BLOCKS)) page_fold(page);
+  if (sm_unlikely(page->stat_freed >= SM_STATS_FOLD_BLOCKS)) page_fold(page, n, 0);
 }
 
-/* the refill itself: `list`, n blocks (everything that was on local_free), becomes `free` */
-static inline void page_refill_with(sm_page_t *page, sm_block_t *list, uint32_t n) {
-  page_refill_count(page, n);
+/* `list`, everything that was on local_free, becomes `free` */
+static inline void page_free_from(sm_page_t *page, sm_block_t *list) {
   page->free = list;
   page->local_free = NULL;
   page->free_is_zero = false;
   page->free_is_remote = false;
 }
+/* the refill itself: `list`, n blocks, becomes `free` */
+static inline void page_refill_with(sm_page_t *page, sm_block_t *list, uint32_t n) {
+  page_refill_count(page, n);
+  page_free_from(page, list);
+}
 _Static_assert(SM_STATS_FOLD_BLOCKS + SM_SMALL_PAGE_SIZE / 8 <= UINT16_MAX, "stat_freed cannot overflow");
 
-/* count the current free list's blocks as handed out, except `on_free` still on it, and `freed`
- * more as freed; the page then starts counting afresh */
+/* count everything up to now, with on_free blocks on `free` and `freed` more as freed; the page
+ * then starts counting afresh */
 static void page_fold_all(sm_page_t *page, uint32_t on_free, int64_t freed) {
-  page_fold(page);
-  page_account(page, (int64_t)page->stat_handed - on_free, freed);
-  page->stat_handed = page->stat_base_handed = 0;
+  page_fold(page, on_free, freed);
+  page->stat_base_on_free = 0;
 }
 
 /* the page goes back to its segment (or is destroyed): whatever is not on `free` counts as freed */
@@ -319,9 +324,8 @@ void smi_stats_page_sync(sm_page_t *page) {
    * counts blocks on a delayed list) */
   int64_t on_local = (int64_t)page->capacity - page->used - on_free;
   if (on_local < 0) on_local = 0; /* (a corrupted list was cut: its rest is leaked) */
-  page_fold(page);
-  page_account(page, (int64_t)page->stat_handed - on_free, on_local);
-  page->stat_handed = page->stat_base_handed = (uint16_t)(on_free + on_local);
+  page_fold(page, on_free, on_local);
+  page->stat_base_on_free = (uint16_t)(on_free + on_local);
 }
 
 void smi_stats_heap_sync(sm_heap_t *heap) {
@@ -445,7 +449,6 @@ static void page_extend(sm_page_t *page) {
     }
     smi_block_set_next(page, prev, NULL);
     smi_track_noaccess(first, extend * bsize);
-    page->stat_handed = (uint16_t)extend;
     page->free = head;
     page->free_is_zero = page->mem_is_zero;
     smi_page_set_capacity(page, page->capacity + extend);
@@ -455,7 +458,6 @@ static void page_extend(sm_page_t *page) {
   for (uint8_t *b = first; b < last; b += bsize) smi_block_set_next(page, (sm_block_t *)b, (sm_block_t *)(b + bsize));
   smi_block_set_next(page, (sm_block_t *)last, NULL);
   smi_track_noaccess(first, extend * bsize); /* not the program's until allocated */
-  page->stat_handed = (uint16_t)extend;
   page->free = (sm_block_t *)first;
   page->free_is_zero = page->mem_is_zero && !SM_DEBUG;
   smi_page_set_capacity(page, page->capacity + extend);
@@ -472,7 +474,7 @@ void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t a
   page->retire_ticks = 0;
   page->block_size = block_size;
   page->capacity = 0;
-  page->stat_handed = page->stat_freed = page->stat_base_handed = page->stat_base_capacity = 0;
+  page->stat_freed = page->stat_base_on_free = page->stat_base_capacity = 0;
   page->reserved = (uint16_t)(area / block_size);
   atomic_store_explicit(&page->thread_free, smi_tf_make(NULL, SM_DELAY_NONE), memory_order_relaxed);
   atomic_store_explicit(&page->heap, heap, memory_order_release);
@@ -736,14 +738,16 @@ static bool page_refill_quick(sm_heap_t *heap, sm_page_t *page) {
     return false;
   uint32_t on_local = (uint32_t)(page->capacity - page->used); /* free is empty: all on local_free */
   uintptr_t tf = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-  if (smi_tf_count(tf) > on_local || page->stat_freed + on_local >= SM_STATS_FOLD_BLOCKS) return false;
+  uint32_t freed = (uint32_t)page->stat_freed + on_local; /* a fold is the slow path's */
+  if (smi_tf_count(tf) > on_local || freed >= SM_STATS_FOLD_BLOCKS) return false;
 #if SM_SECURE
   /* what the slow path would do (page_collect_or_extend) when this many blocks wait */
   uint64_t r = shuffle_random(heap);
   if (on_local < SM_SHUFFLE_GROUP && r != 0) return false;
   page_reuse_from_random(page, r, on_local);
 #else
-  page_refill_with(page, page->local_free, on_local);
+  page->stat_freed = (uint16_t)freed;
+  page_free_from(page, page->local_free);
 #endif
   page->retire_ticks = 0; /* a kept page in use again (as page_queue_find_free leaves it) */
   return true;

@@ -129,9 +129,9 @@ typedef struct sm_page_s {
   uint8_t is_purged;    /* the page's memory was given back and not used since: SM_PURGED_* */
   sm_block_t *local_free; /* frees by the owning thread */
   uint16_t reserved;    /* blocks that fit the page */
-  /* refill accounting (page.c): blocks on `free` at its last refill, blocks freed since the
-   * last fold, and the values the last fold left */
-  uint16_t stat_handed, stat_freed, stat_base_handed, stat_base_capacity;
+  /* refill accounting (page.c): blocks freed since the last fold, and the blocks on `free` and the
+   * capacity at that fold */
+  uint16_t stat_freed, stat_base_on_free, stat_base_capacity;
   uint8_t in_use;       /* handed out by its segment */
   uint8_t mem_is_zero;  /* the page's memory is known zero (fresh or purged) */
   uint8_t purge_pending;
