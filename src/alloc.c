@@ -462,7 +462,7 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
   if (aligned && newsize <= room && newsize >= room / 2) return realloc_in_place(p, newsize, usable, zero);
   if (!SM_TRACK && alignment == 0 && newsize > usable && newsize > SM_LARGE_OBJ_MAX) {
     sm_segment_t *segment = smi_ptr_segment(p);
-    if (segment->kind == SM_SEGMENT_HUGE && p == smi_page_start(&segment->pages[0])) {
+    if (segment->kind == SM_SEGMENT_HUGE && p == smi_page_start(&segment->pages[0]) && smi_heap_keeps(heap, &segment->pages[0])) {
       uint8_t *q = smi_huge_remap(segment, padded(newsize)); /* a huge block grows by moving pages, not bytes */
       if (q != NULL) {
 #if SM_CHECK_FREES

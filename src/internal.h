@@ -297,6 +297,7 @@ void smi_heaps_fork_unlock(bool child);
 /* ---- purge.c: the background purger ---- */
 void smi_heaps_register(sm_heap_t *heap);
 sm_heap_t *smi_heaps_first(void); /* every heap ever made, linked by all_next */
+bool smi_heap_keeps(const sm_heap_t *heap, const sm_page_t *page); /* heap.c: may a realloc into heap keep page's block */
 void smi_purger_want(void);
 /* the purger's thread: a memory barrier on every thread of the process (false if unavailable) */
 bool smi_purger_barrier(void);

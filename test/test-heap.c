@@ -322,6 +322,34 @@ int main(void) {
     CHECK(!visit_huge(sm_heap_get_backing(), big).found, "and not once freed");
   }
 
+  SECTION("sm_heap_realloc into another heap: a block that grows moves to that heap, huge ones too") {
+    /* until 2026-11-27 a huge block grew in place (mremap) and stayed in its old heap, whose
+     * destroy then freed it under the program */
+    static const size_t from[] = {100, 70000, (size_t)3 << 20, (size_t)20 << 20};
+    static const size_t to[] = {5000, 300000, (size_t)8 << 20, (size_t)40 << 20};
+    for (int k = 0; k < 4; k++) {
+      sm_heap_t *h2 = sm_heap_new(), *h3 = sm_heap_new();
+      char *p = sm_heap_malloc(h2, from[k]);
+      CHECK_NONNULL(p);
+      if (p == NULL) continue;
+      memset(p, 'a', from[k]);
+      char *q = sm_heap_realloc(h3, p, to[k]);
+      CHECK_NONNULL(q);
+      if (q == NULL) continue;
+      CHECK(sm_heap_contains_block(h3, q) && !sm_heap_contains_block(h2, q),
+            "%zu -> %zu bytes: expected the block in the heap realloc was given, seen in h3 %d, in h2 %d", from[k], to[k],
+            sm_heap_contains_block(h3, q), sm_heap_contains_block(h2, q));
+      memset(q + from[k], 'z', to[k] - from[k]);
+      sm_heap_destroy(h2);
+      char *r = sm_malloc(to[k]); /* must not be given q's memory */
+      CHECK(r == NULL || r + to[k] <= q || q + to[k] <= r, "%zu bytes: a new block overlaps the moved one", to[k]);
+      if (r) memset(r, 'n', to[k]);
+      CHECK(q[0] == 'a' && q[from[k] - 1] == 'a' && q[to[k] - 1] == 'z', "%zu bytes: the moved block's contents changed", to[k]);
+      sm_free(r);
+      sm_free(q);
+      sm_heap_destroy(h3);
+    }
+  }
   SECTION("a heap outlives its creator and stays usable") {
     pthread_t t;
     pthread_create(&t, NULL, make_orphan, NULL);
