@@ -438,6 +438,14 @@ void smi_heaps_disown(uintptr_t thread_id) {
   user_heaps_release();
 }
 
+/* Another thread's exit disowns the heaps it made (smi_heaps_disown, under their locks) at any
+ * time, so the API reads a heap's owner and lock mode atomically (ThreadSanitizer saw plain
+ * reads race with it, 2026-11-27). */
+static bool part_owner_is_me(const sm_heap_t *part) { return __atomic_load_n(&part->thread_id, __ATOMIC_RELAXED) == smi_tls_tid; }
+static bool part_locked(const sm_heap_t *part) { return __atomic_load_n(&part->locked_access, __ATOMIC_ACQUIRE); }
+/* may the calling thread work on this part (under its lock)? its own, or one served with a lock */
+static bool part_workable(const sm_heap_t *part) { return part_locked(part) || part_owner_is_me(part); }
+
 static bool heap_is_user(sm_heap_t *heap, const char *what) {
   if (heap != NULL && heap->kind == SM_HEAP_USER) return true;
   if (heap != NULL) smi_warning("%s: %p is a thread's own heap, not one from sm_heap_new; ignored", what, (void *)heap);
@@ -569,9 +577,9 @@ void sm_heap_delete(sm_heap_t *heap) {
   if (!heap_is_user(heap, "sm_heap_delete")) return;
   sm_heap_t *into = heap_backing();
   if (into == NULL) return;
-  if (!__atomic_load_n(&heap->locked_access, __ATOMIC_ACQUIRE) && heap->thread_id != smi_tls_tid) {
+  if (!part_workable(heap)) {
     /* its owner frees into its pages without a lock: only the owner may hand them over */
-    smi_warning("sm_heap_delete: heap %p belongs to another running thread; not deleted", (void *)heap);
+    smi_warning("sm_heap_delete: heap %p belongs to another thread that is running (or that a fork left behind); not deleted", (void *)heap);
     errno = EINVAL;
     return;
   }
@@ -597,7 +605,7 @@ sm_heap_t *sm_heap_set_default(sm_heap_t *heap) {
     errno = EINVAL;
     return NULL;
   }
-  if (heap->thread_id != smi_tls_tid || heap->locked_access) { /* the malloc fast path takes no lock */
+  if (!part_owner_is_me(heap) || part_locked(heap)) { /* the malloc fast path takes no lock */
     smi_warning("sm_heap_set_default: heap %p is not owned by this thread; unchanged", (void *)heap);
     errno = EINVAL;
     return NULL;
@@ -615,7 +623,7 @@ sm_heap_t *sm_heap_get_backing(void) { return heap_backing(); }
 
 /* collect a part the caller may touch: its own, or a locked one */
 static void heap_part_collect(sm_heap_t *part, bool force) {
-  if (part->locked_access || part->thread_id == smi_tls_tid) {
+  if (part_workable(part)) {
     smi_heap_lock(part);
     smi_heap_collect(part, force);
     smi_heap_unlock(part);
@@ -626,7 +634,7 @@ void sm_heap_collect(sm_heap_t *heap, bool force) {
   if (heap == NULL) return;
   smi_deferred_free(force);
 #if SM_SECURE
-  if (heap->thread_id == smi_tls_tid) smi_quarantine_flush(heap);
+  if (part_owner_is_me(heap)) smi_quarantine_flush(heap);
 #endif
   heap_part_collect(heap, force);
   sm_heap_t *shared = __atomic_load_n(&heap->shared, __ATOMIC_ACQUIRE);
@@ -640,7 +648,7 @@ void sm_collect(bool force) {
   sm_heap_collect(backing, force);
   user_heaps_acquire();
   for (sm_heap_t *heap = user_heaps; heap != NULL; heap = heap->user_next) {
-    if (heap->thread_id == smi_tls_tid) heap_part_collect(heap, force);
+    if (part_owner_is_me(heap)) heap_part_collect(heap, force);
   }
   user_heaps_release();
 }
@@ -648,7 +656,7 @@ void sm_collect(bool force) {
 /* statistics: bring every heap the calling thread may touch up to date (its own, those it owns,
  * and every locked part) */
 static void heap_part_stats_sync(sm_heap_t *part) {
-  if (part == NULL || (!part->locked_access && part->thread_id != smi_tls_tid)) return;
+  if (part == NULL || !part_workable(part)) return;
   smi_heap_lock(part);
   smi_stats_heap_sync(part);
   smi_heap_unlock(part);
@@ -749,7 +757,7 @@ _Static_assert(SM_SMALL_PAGE_SIZE / 8 >= SM_MEDIUM_PAGE_SIZE / SM_SMALL_OBJ_MAX 
                "the free map has a bit for every block of any page");
 
 static bool heap_part_visit(const sm_heap_t *heap, sm_heap_t *part, bool all, sm_block_visit_fun *visitor, void *arg) {
-  bool locked = part->locked_access || part->thread_id == smi_tls_tid;
+  bool locked = part_workable(part);
   if (locked) smi_heap_lock(part);
   bool go = true;
   if (locked) smi_heap_delayed_free(part); /* blocks other threads freed are free, not live */

@@ -50,6 +50,14 @@ static void misuse(const char *c) {
     pthread_join(t, NULL);
   } else if (!strcmp(c, "free-interior")) {
     free((void *)(p + 32));
+  } else if (!strcmp(c, "free-sized-interior-huge")) { /* a C++ delete through a base that is not first */
+    void (*fs)(void *, size_t) = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, "free_sized"); /* C23: not in glibc 2.36 */
+    char *h = malloc(3000000);
+    if (fs) fs(opaque_ptr(h + 16), 64); /* its recorded size was read past the mapping: a crash */
+  } else if (!strcmp(c, "free-sized-twice")) {
+    void (*fs)(void *, size_t) = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, "free_sized");
+    if (fs) fs((void *)p, 100);
+    if (fs) fs((void *)p, 100); /* was reported as a size mismatch */
   } else if (!strcmp(c, "free-unaligned")) {
     free((void *)(p + 1));
   } else if (!strcmp(c, "free-stack")) {
@@ -145,7 +153,7 @@ static int integrity(void) {
 }
 
 static const char *const cases[] = {"double-free", "double-free-delayed", "double-free-other-thread",
-                                    "free-interior", "free-unaligned", "free-stack", "free-global",
+                                    "free-interior", "free-sized-interior-huge", "free-sized-twice", "free-unaligned", "free-stack", "free-global",
                                     "free-never-allocated", "free-1", "realloc-freed", "write-past-end",
                                     "write-after-free", "write-zero-after-free", "write-after-remote-free",
                                     "write-after-delayed-free", "free-after-heap-destroy"};
@@ -153,6 +161,8 @@ static const char *const cases[] = {"double-free", "double-free-delayed", "doubl
 /* what the report must say where the misuse is to be caught at the bad call itself, not later
  * (a corrupted list found by a later malloc also reports, but too late to name the culprit) */
 static const char *expected_report(const char *c) {
+  if (!strcmp(c, "free-sized-interior-huge")) return "interior pointer";
+  if (!strcmp(c, "free-sized-twice")) return "double free";
   return !strcmp(c, "free-after-heap-destroy") ? "free of" : NULL;
 }
 
