@@ -1220,9 +1220,17 @@ static void *huge_remap_unlinked(sm_segment_t *segment, size_t newsize) {
 }
 
 void smi_huge_free(sm_segment_t *segment) {
+  /* a second free of it is then seen as invalid; of two threads that free it at the same moment
+   * (both past the checks), one releases it and the other reports (until 2026-11-27 both did:
+   * the mapping went to the cache twice, and two later blocks shared it; found in review) */
+  if (__atomic_exchange_n(&segment->pages[0].in_use, 0, __ATOMIC_ACQ_REL) == 0) {
+    if (SM_CHECK_FREES)
+      smi_error(EINVAL, "double free of %p (huge block of %zu bytes, freed by two threads at once)",
+                (void *)smi_page_start(&segment->pages[0]), segment->pages[0].block_size);
+    return;
+  }
   uint32_t epoch;
   (void)huge_unlink(segment, &epoch);
-  segment->pages[0].in_use = 0; /* a second free of it is then seen as invalid */
   smi_count_add(SM_COUNT_HUGE, -(int64_t)segment->map_size);
   smi_count_add(SM_COUNT_HUGE_BLOCKS, -1);
   if ((uint8_t *)segment == segment->map_start && (segment->map_size <= SM_HUGE_QUIET_MAX || smi_purger_running()))
