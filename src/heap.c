@@ -679,13 +679,15 @@ static bool page_of_heap(const sm_heap_t *heap, const sm_page_t *page) {
   return owner != NULL && (owner == heap || (owner->kind == SM_HEAP_SHARED && owner->parent == heap));
 }
 
-/* May a block of `page` grow in place for a realloc into `heap`? A block that a realloc keeps must
- * be `heap`'s: sm_heap_realloc(h3, a block of h2, ...) that grew a huge block in place left it in
- * h2, and sm_heap_destroy(h2) then freed a block the program held as h3's (until 2026-11-27;
- * found in review). Threads' own heaps are never destroyed: between them a block may stay. */
+/* May a block of `page` grow in place for a realloc into `heap`? Only a block of that heap (or of
+ * its shared part): sm_heap_realloc(h3, a block of h2, ...) that grew a huge block in place left
+ * it in h2, and sm_heap_destroy(h2) then freed a block the program held as h3's (until
+ * 2026-11-27; found in review). The owner is compared, never read: another thread may be
+ * deleting it and a new heap reusing its memory (ThreadSanitizer). A block of another thread's
+ * heap is copied. */
 bool smi_heap_keeps(const sm_heap_t *heap, const sm_page_t *page) {
   const sm_heap_t *owner = smi_page_heap(page);
-  return page_of_heap(heap, page) || (heap->kind == SM_HEAP_THREAD && (owner == NULL || owner->kind == SM_HEAP_THREAD));
+  return owner != NULL && (owner == heap || owner == __atomic_load_n(&heap->shared, __ATOMIC_ACQUIRE));
 }
 
 bool sm_heap_contains_block(sm_heap_t *heap, const void *p) {
