@@ -194,7 +194,7 @@ typedef enum sm_option_e {
   sm_option_quarantine,        /* secure builds: freed blocks wait for this many frees before reuse */
   sm_option_eager_commit,      /* pre-fault every new segment (a thread's first ones: see eager_commit_delay) */
   sm_option_eager_commit_delay,/* a thread's first N segments are never pre-faulted */
-  sm_option_populate,          /* pre-fault segments with MAP_POPULATE/MADV_POPULATE_WRITE */
+  sm_option_populate,          /* pre-fault segments (MADV_POPULATE_WRITE, else a write per page) */
   sm_option_allow_large_os_pages, /* 2 MiB pages for segments (THP, or MAP_HUGETLB where reserved) */
   sm_option_reserve_huge_os_pages,    /* reserve N 1 GiB pages at start-up, spread over NUMA nodes */
   sm_option_reserve_huge_os_pages_at, /* ... all on this NUMA node (-1: spread) */
@@ -206,6 +206,8 @@ typedef enum sm_option_e {
   sm_option_memory_limit,      /* bytes the allocator may map in all (0: none); above it, NULL/ENOMEM */
   sm_option_huge_timeout,      /* ms that reserving huge OS pages may take at start-up */
   sm_option_shuffle,           /* secure builds: hand out blocks in a random order (on by default) */
+  sm_option_atomic_free,       /* secure builds: every free claims its block atomically, so that a block
+                                  freed by two threads at the same moment is reported, not freed twice */
   _sm_option_last
 } sm_option_t;
 SM_EXPORT bool sm_option_is_enabled(sm_option_t option);
@@ -266,17 +268,19 @@ SM_EXPORT void sm_process_info(size_t *elapsed_msecs, size_t *user_msecs, size_t
 
 /* ---- process, threads and runtime hooks ---- */
 SM_EXPORT int sm_version(void);
-/* Give back what can be given back: free retired empty pages, purge pending memory now,
- * flush the segment cache; with force, also reclaim and release abandoned segments. */
+/* Give back what can be given back: free retired empty pages, purge pending memory now (the
+ * segment cache's too); with force, also reclaim and release abandoned segments and flush the
+ * segment cache. */
 SM_EXPORT void sm_collect(bool force);
 /* Redirect messages (statistics, warnings, errors; one line each, ending in a newline) from
  * stderr to fun, which must not allocate. NULL restores stderr. */
 SM_EXPORT void sm_register_output(sm_output_fun *fun, void *arg);
-/* Called after a detected error (err: EFAULT corruption, EINVAL invalid or double free, ENOMEM
- * out of memory) when SHARDMALLOC_ABORT_ON_ERROR is off; the offending operation was ignored. */
+/* Called after a detected error (err: EFAULT corruption, EINVAL invalid or double free; running
+ * out of memory is not an error here: NULL and errno ENOMEM) when SHARDMALLOC_ABORT_ON_ERROR is
+ * off; the offending operation was ignored. */
 typedef void sm_error_fun(int err, void *arg);
 SM_EXPORT void sm_register_error(sm_error_fun *fun, void *arg);
-/* Called from allocation slow paths and from sm_collect (force true there), with a heartbeat that
+/* Called from allocation slow paths and from sm_collect (with its force), with a heartbeat that
  * grows by one per call, so a runtime can free lazily in bounded steps. One function at a time. */
 typedef void sm_deferred_free_fun(bool force, unsigned long long heartbeat, void *arg);
 SM_EXPORT void sm_register_deferred_free(sm_deferred_free_fun *fun, void *arg);

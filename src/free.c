@@ -162,7 +162,7 @@ static sm_page_t *block_validate(const void *p) {
   /* huge blocks are on no list; one waiting in a quarantine carries the marker link */
   bool huge_quarantined = SM_SECURE && segment->kind == SM_SEGMENT_HUGE && smi_option(sm_option_quarantine) > 0 &&
                           smi_block_next(page, block) == (sm_block_t *)smi_page_start(page);
-  bool marked_freed = SM_SECURE && segment->kind != SM_SEGMENT_HUGE && smi_padding_is_freed(p, page->block_size - lead);
+  bool marked_freed = SM_CLAIM_FREES && segment->kind != SM_SEGMENT_HUGE && smi_padding_is_freed(p, page->block_size - lead);
   if (huge_quarantined || marked_freed || (segment->kind != SM_SEGMENT_HUGE && sm_unlikely(block_is_free(page, block, owner)))) {
     smi_error(EINVAL, "double free of %p (block size %zu)", p, page->block_size);
     return NULL;
@@ -188,9 +188,13 @@ static sm_page_t *block_validate(const void *p) {
 static sm_noinline sm_page_t *free_check_full(const void *p) {
   sm_page_t *page = block_validate(p);
   if (page == NULL) return NULL;
-#if SM_SECURE && !SM_LINK_AT_END /* else the free writes the link there */
-  if (smi_page_segment(page)->kind != SM_SEGMENT_HUGE)
-    smi_padding_mark_freed((void *)p, page->block_size - (smi_page_has_aligned(page) ? smi_block_offset(page, p) : 0));
+#if SM_CLAIM_FREES
+  /* another thread may have validated the same block meanwhile: one of us claims it */
+  if (smi_page_segment(page)->kind != SM_SEGMENT_HUGE &&
+      !smi_padding_claim((void *)p, page->block_size - smi_block_offset(page, p), smi_canary_of(p))) {
+    smi_error(EINVAL, "double free of %p (block size %zu; freed by another thread at the same moment)", p, page->block_size);
+    return NULL;
+  }
 #endif
 #if SM_DEBUG
   const sm_segment_t *segment = smi_page_segment(page);
@@ -219,7 +223,7 @@ static sm_noinline sm_page_t *free_check_full(const void *p) {
  * multiple of d exactly when n * c mod 2^64 < c. A page not in use, and a huge segment's page,
  * has block_magic 0, so that test fails for them too: no separate test of in_use or of the kind. */
 #if SM_INLINE_CHECKS
-static inline __attribute__((always_inline)) sm_page_t *free_check_fast(const void *p, sm_segment_t **segment_out) {
+static inline __attribute__((always_inline)) sm_page_t *free_check_fast(const void *p, sm_segment_t **segment_out, bool claim) {
   sm_segment_t *segment = smi_ptr_segment(p);
   *segment_out = segment;
   /* the map first: a header is read only once the map says the segment is ours */
@@ -231,9 +235,12 @@ static inline __attribute__((always_inline)) sm_page_t *free_check_fast(const vo
     size_t limit = (size_t)smi_page_capacity(page) * bsize; /* carved blocks span [start, start + limit) */
     uintptr_t offset = (uintptr_t)p - start;       /* p below start wraps above limit */
     uint64_t magic = page->block_magic;
-    uint32_t canary = (uint32_t)(uintptr_t)p ^ (uint32_t)__atomic_load_n(&smi_read_mostly.free_secret, __ATOMIC_RELAXED);
+    /* claim (atomic_free): the canary itself, taken with a compare-and-swap (padding.h) */
+    uint32_t canary = claim ? smi_canary_of(p)
+                            : (uint32_t)(uintptr_t)p ^ (uint32_t)__atomic_load_n(&smi_read_mostly.free_secret, __ATOMIC_RELAXED);
     if (sm_likely(offset < limit && (uint64_t)(uint32_t)offset * magic < magic && /* a block start */
-                  smi_padding_canary(p, bsize) == canary)) /* live (freed ones carry a link), no overflow */
+                  (claim ? smi_padding_claim((void *)p, bsize, canary)
+                         : smi_padding_canary(p, bsize) == canary))) /* live (freed ones carry a link), no overflow */
       return page;
   }
   return NULL;
@@ -244,7 +251,7 @@ static inline __attribute__((always_inline)) sm_page_t *free_check_fast(const vo
 bool smi_block_is_live(const void *p) {
 #if SM_INLINE_CHECKS
   sm_segment_t *segment;
-  if (sm_likely(free_check_fast(p, &segment) != NULL)) return true;
+  if (sm_likely(free_check_fast(p, &segment, false) != NULL)) return true;
 #endif
   return block_validate(p) != NULL;
 }
@@ -397,6 +404,18 @@ void smi_quarantine_flush(sm_heap_t *heap) {
  * free_secret), then the free itself */
 static sm_noinline void free_check_full_then_free(void *p) {
   if (p == NULL) return; /* the secure build's fast test turns NULL away (it is in no segment) */
+#if SM_INLINE_CHECKS
+  /* atomic_free alone: the fast test again, claiming the block; a block it does not pass (another
+   * thread claimed it, or the fast test cannot tell) goes through every check, which reports it */
+  if (atomic_load_explicit(&smi_read_mostly.free_claim_only, memory_order_relaxed)) {
+    sm_segment_t *segment;
+    sm_page_t *page = free_check_fast(p, &segment, true);
+    if (sm_likely(page != NULL)) {
+      free_block(p, segment, page);
+      return;
+    }
+  }
+#endif
   sm_page_t *page = free_check_full(p);
   if (page == NULL) return;
 #if SM_SECURE
@@ -415,7 +434,7 @@ static inline __attribute__((always_inline)) void smi_free(void *p) {
 #if SM_INLINE_CHECKS
   /* NULL fails the fast test (its segment is out of the map's range): no test of its own */
   sm_segment_t *segment;
-  sm_page_t *page = free_check_fast(p, &segment);
+  sm_page_t *page = free_check_fast(p, &segment, false);
   if (sm_unlikely(page == NULL)) free_check_full_then_free(p);
   else free_block(p, segment, page); /* no secure option is on: the fast test passed */
 #elif SM_CHECK_FREES

@@ -51,7 +51,8 @@ typedef struct smi_read_mostly_s {
   uintptr_t secret; /* the process's random secret (canaries, cookies, link encoding) */
   _Atomic(bool) fork_orphans; /* a fork child with heaps of threads the fork left behind (purge.c) */
 #if SM_SECURE
-  _Atomic(bool) free_options_on; /* zero_on_free or quarantine (options.c) */
+  _Atomic(bool) free_options_on; /* zero_on_free, quarantine or atomic_free (options.c) */
+  _Atomic(bool) free_claim_only; /* atomic_free alone */
   /* what free's fast test computes canaries with: the secret, or while free_options_on the secret
    * with its lowest bit flipped, so that every free then fails that test and takes the full path,
    * which applies the options; the fast path has no test of its own for them */

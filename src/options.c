@@ -60,6 +60,7 @@ static const option_desc_t options[_sm_option_last] = {
     [sm_option_memory_limit] = {0, "memory_limit", UNIT_BYTES},
     [sm_option_huge_timeout] = {1000, "huge_timeout", UNIT_MS},
     [sm_option_shuffle] = {SM_SECURE, "shuffle", UNIT_BOOL},
+    [sm_option_atomic_free] = {0, "atomic_free", UNIT_BOOL},
 };
 
 /* mimalloc's names for the same settings, read as MIMALLOC_<NAME>; old names first, so that the
@@ -103,7 +104,9 @@ static void option_store(sm_option_t opt, long value, int source) {
 
 #if SM_SECURE
 void smi_free_options_update(void) {
-  bool on = smi_option(sm_option_zero_on_free) != 0 || smi_option(sm_option_quarantine) > 0;
+  bool costly = smi_option(sm_option_zero_on_free) != 0 || smi_option(sm_option_quarantine) > 0;
+  bool on = costly || smi_option(sm_option_atomic_free) != 0;
+  atomic_store_explicit(&smi_read_mostly.free_claim_only, on && !costly, memory_order_relaxed);
   atomic_store_explicit(&smi_read_mostly.free_options_on, on, memory_order_relaxed);
   __atomic_store_n(&smi_read_mostly.free_secret, smi_read_mostly.secret ^ (uintptr_t)on, __ATOMIC_RELAXED);
 }
