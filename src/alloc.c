@@ -209,6 +209,14 @@ bool smi_padding_check(const void *p, size_t block_size) {
   if (bad == SIZE_MAX && size == usable) bad = usable - 4; /* the size record itself */
   smi_track_noaccess(b + from, usable - from);
   if (bad == SIZE_MAX) return true;
+#if SM_CLAIM_FREES
+  /* another thread's free claimed the block while this one checked it (its debug fill reaches the
+   * slack before the canary): a double free at the same moment, not an overflow */
+  if (smi_padding_claimed(p, usable)) {
+    smi_padding_report_raced(p, block_size);
+    return false;
+  }
+#endif
   smi_error(EFAULT, "buffer overflow in block %p (requested %zu bytes, usable %zu, block size %zu): byte %zu was overwritten",
             p, size, padding_usable(p, usable), block_size, bad);
   return false;

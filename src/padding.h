@@ -58,6 +58,15 @@ static inline bool smi_padding_claim(void *p, size_t usable, uint32_t canary) {
   return __atomic_compare_exchange_n((uint32_t *)((uint8_t *)p + usable - SM_PADDING), &canary, ~canary, false,
                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
+/* claimed by a free: the freed mark, or in the debug build that free's fill (it fills the block,
+ * padding included, after its claim and before it writes the link) */
+static inline bool smi_padding_claimed(const void *p, size_t usable) {
+  uint32_t now = smi_padding_canary(p, usable);
+  return now == smi_freed_mark_of(p) || (SM_DEBUG && now == 0xDFDFDFDFu);
+}
+static inline void smi_padding_report_raced(const void *p, size_t block_size) {
+  smi_error(EINVAL, "double free of %p (block size %zu; freed by another thread at the same moment)", p, block_size);
+}
 #endif
 
 #endif
