@@ -49,7 +49,7 @@ static inline bool smi_padding_is_freed(const void *p, size_t usable) {
  * with one compare-and-swap: of two threads freeing one block at the same moment, exactly one
  * gets it and the other finds a freed block (a double free, reported), so the block is not put on
  * two free lists and handed out twice. Every free of the debug build does, and every free of the
- * secure build while one of its options (quarantine, zero_on_free) is on; the secure build's
+ * secure build while one of its options (atomic_free, quarantine, zero_on_free) is on; its
  * fast path does not: the locked instruction on every free cost 5% of its time (geometric mean
  * of the benchmark suite, 2026-11-27; the producer/consumer workloads up to 40%). Not in the
  * memory-checker builds, where the padding is no-access and the checker reports double frees. */
