@@ -822,6 +822,7 @@ def docs_page(data, charts, prefix, memtime=""):
         "bench/run --only larson-N,shsh --allocators glibc,shardmalloc --reps 5\n"
         "bench/run --threads 1,2 --nthreads 4\n"
         "bench/run --alloc mine=/path/to/libmine.so     # add any preloadable allocator\n"
+        "bench/run --alloc af=build/secure/libshardmalloc-secure.so,SHARDMALLOC_ATOMIC_FREE=1  # ... with settings of its own\n"
         "bench/run --list                # workloads and allocators\n"
         "bench/run --publish             # also copy the results here (bench/results/published/) and rewrite this page\n```"
         % ("about %d minutes here" % max(1, round(meta["duration_s"] / 60)) if meta["mode"] == "full"
