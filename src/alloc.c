@@ -212,7 +212,7 @@ bool smi_padding_check(const void *p, size_t block_size) {
 #if SM_CLAIM_FREES
   /* another thread's free claimed the block while this one checked it (its debug fill reaches the
    * slack before the canary): a double free at the same moment, not an overflow */
-  if (smi_padding_claimed(p, usable)) {
+  if (smi_padding_claimed(smi_segment_page_of(smi_ptr_segment(p), p), p, usable)) {
     smi_padding_report_raced(p, block_size);
     return false;
   }

@@ -162,8 +162,8 @@ static sm_page_t *block_validate(const void *p) {
   /* huge blocks are on no list; one waiting in a quarantine carries the marker link */
   bool huge_quarantined = SM_SECURE && segment->kind == SM_SEGMENT_HUGE && smi_option(sm_option_quarantine) > 0 &&
                           smi_block_next(page, block) == (sm_block_t *)smi_page_start(page);
-  bool marked_freed = segment->kind != SM_SEGMENT_HUGE && (SM_CLAIM_FREES ? smi_padding_claimed(p, page->block_size - lead)
-                                                                          : SM_SECURE && smi_padding_is_freed(p, page->block_size - lead));
+  bool marked_freed = SM_CLAIM_FREES ? smi_padding_claimed(page, p, page->block_size - lead)
+                                     : SM_SECURE && segment->kind != SM_SEGMENT_HUGE && smi_padding_is_freed(p, page->block_size - lead);
   if (huge_quarantined || marked_freed || (segment->kind != SM_SEGMENT_HUGE && sm_unlikely(block_is_free(page, block, owner)))) {
     smi_error(EINVAL, "double free of %p (block size %zu)", p, page->block_size);
     return NULL;
@@ -190,9 +190,10 @@ static sm_noinline sm_page_t *free_check_full(const void *p) {
   sm_page_t *page = block_validate(p);
   if (page == NULL) return NULL;
 #if SM_CLAIM_FREES
-  /* another thread may have validated the same block meanwhile: one of us claims it */
-  if (smi_page_segment(page)->kind != SM_SEGMENT_HUGE &&
-      !smi_padding_claim((void *)p, page->block_size - smi_block_offset(page, p), smi_canary_of(p))) {
+  /* another thread may have validated the same block meanwhile: one of us claims it (huge blocks
+   * too: with the quarantine both frees would wait in a ring, and the second one's release could
+   * meet the mapping handed out again) */
+  if (!smi_padding_claim((void *)p, page->block_size - smi_block_offset(page, p), smi_canary_of(p))) {
     smi_padding_report_raced(p, page->block_size);
     return NULL;
   }

@@ -58,11 +58,23 @@ static inline bool smi_padding_claim(void *p, size_t usable, uint32_t canary) {
   return __atomic_compare_exchange_n((uint32_t *)((uint8_t *)p + usable - SM_PADDING), &canary, ~canary, false,
                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
-/* claimed by a free: the freed mark, or in the debug build that free's fill (it fills the block,
- * padding included, after its claim and before it writes the link) */
-static inline bool smi_padding_claimed(const void *p, size_t usable) {
+/* The padding shows that a free claimed the block: the freed mark, then (the free goes on writing
+ * while another thread's checks read) the debug build's fill, or the secure build's link or the
+ * quarantine's marker (SM_LINK_AT_END), after zero_on_free's zeros. A huge block is claimed too
+ * (its quarantine keeps it mapped), but carries no link. */
+static inline bool smi_padding_claimed(const sm_page_t *page, const void *p, size_t usable) {
   uint32_t now = smi_padding_canary(p, usable);
-  return now == smi_freed_mark_of(p) || (SM_DEBUG && now == 0xDFDFDFDFu);
+  if (now == smi_freed_mark_of(p) || (SM_DEBUG && now == 0xDFDFDFDFu)) return true;
+#if SM_LINK_AT_END
+  if (smi_page_segment(page)->kind == SM_SEGMENT_HUGE) return false;
+  uint64_t word;
+  memcpy(&word, (const uint8_t *)p + usable - SM_PADDING, 8);
+  return (word == 0 && smi_option(sm_option_zero_on_free)) ||
+         smi_block_link_reads_free(page, (const sm_block_t *)((const uint8_t *)p + usable - page->block_size));
+#else
+  (void)page;
+  return false;
+#endif
 }
 static inline void smi_padding_report_raced(const void *p, size_t block_size) {
   smi_error(EINVAL, "double free of %p (block size %zu; freed by another thread at the same moment)", p, block_size);
