@@ -328,6 +328,16 @@ void smi_quarantines_fork_child(void) {
     atomic_store_explicit(&smi_heap_quarantine(heap)->busy, false, memory_order_relaxed);
 }
 
+/* A huge block waits in the quarantine without its memory: everything between its first and its
+ * last OS page (the link, the padding) goes back to the OS. Kept resident, eight freed blocks of
+ * 100 MiB held 524 MB (sort --parallel=2 -S 100M peaked at twice glibc's RSS). */
+static void quarantine_purge_huge(void *p, const sm_page_t *page) {
+  size_t os_page = smi_os_page_size();
+  uintptr_t block = (uintptr_t)p - smi_block_offset(page, p);
+  uintptr_t from = (block + os_page) & ~(os_page - 1), to = (block + page->block_size - 1) & ~(os_page - 1);
+  if (to > from) smi_os_purge((void *)from, to - from, true);
+}
+
 /* zero_on_free, and the quarantine: a freed block waits in a per-thread FIFO until `quarantine`
  * later frees have passed, so a dangling pointer does not immediately alias a new block. Returns
  * the block to free now (p, an older one, or NULL); ring busy (see above) unless it returns p. */
@@ -351,6 +361,7 @@ static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page
   /* mark it (its link word points at its page's first block) so that a second free from any
    * thread sees a free-looking block */
   smi_block_set_next(page, (sm_block_t *)((uint8_t *)p - smi_block_offset(page, p)), (sm_block_t *)smi_page_start(page));
+  if (segment->kind == SM_SEGMENT_HUGE) quarantine_purge_huge(p, page);
   size_t slot = (q->head + q->count) % (size_t)cap;
   if (q->count < (size_t)cap) {
     q->blocks[slot] = p;
