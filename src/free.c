@@ -193,12 +193,14 @@ static sm_noinline sm_page_t *free_check_full(const void *p) {
   /* another thread may have validated the same block meanwhile: one of us claims it (huge blocks
    * too: with the quarantine both frees would wait in a ring, and the second one's release could
    * meet the mapping handed out again) */
-  if (!smi_padding_claim((void *)p, page->block_size - smi_block_offset(page, p), smi_canary_of(p))) {
+  size_t lead = smi_page_has_aligned(page) ? smi_block_offset(page, p) : 0; /* else 0: block_validate saw to it */
+  if (!smi_padding_claim((void *)p, page->block_size - lead, smi_canary_of(p))) {
     smi_padding_report_raced(p, page->block_size);
     return NULL;
   }
 #elif SM_SECURE /* combined with a memory checker: marked, not claimed */
-  if (smi_page_segment(page)->kind != SM_SEGMENT_HUGE) smi_padding_mark_freed((void *)p, page->block_size - smi_block_offset(page, p));
+  if (smi_page_segment(page)->kind != SM_SEGMENT_HUGE)
+    smi_padding_mark_freed((void *)p, page->block_size - (smi_page_has_aligned(page) ? smi_block_offset(page, p) : 0));
 #endif
 #if SM_DEBUG
   const sm_segment_t *segment = smi_page_segment(page);
