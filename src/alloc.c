@@ -192,7 +192,7 @@ __attribute__((always_inline)) static inline void *padding_finish(void *p, size_
 
 /* at free: report an overflow past the usable size, naming the first overwritten byte (free's
  * fast path tests smi_padding_intact first) */
-bool smi_padding_check(const void *p, size_t block_size) {
+bool smi_padding_check(const void *p, size_t block_size, bool claimed) {
   const uint8_t *b = p;
   size_t usable = usable_raw(p), size = padding_requested(p, usable), canary_at = usable - SM_PADDING;
   size_t from = size < canary_at ? size : canary_at; /* the padding (size == usable: record damaged) */
@@ -203,7 +203,7 @@ bool smi_padding_check(const void *p, size_t block_size) {
   if (size < canary_at) bad = first_unlike(b, size, slack_end(b, size, canary_at), SM_FILL_SLACK);
 #endif
   uint32_t canary = smi_canary_of(p);
-  for (size_t i = 0; bad == SIZE_MAX && i < 4; i++) {
+  for (size_t i = 0; bad == SIZE_MAX && !claimed && i < 4; i++) {
     if (b[canary_at + i] != ((const uint8_t *)&canary)[i]) bad = canary_at + i;
   }
   if (bad == SIZE_MAX && size == usable) bad = usable - 4; /* the size record itself */
@@ -212,7 +212,7 @@ bool smi_padding_check(const void *p, size_t block_size) {
 #if SM_CLAIM_FREES
   /* another thread's free claimed the block while this one checked it (its debug fill reaches the
    * slack before the canary): a double free at the same moment, not an overflow */
-  if (smi_padding_claimed(smi_segment_page_of(smi_ptr_segment(p), p), p, usable)) {
+  if (!claimed && smi_padding_claimed(smi_segment_page_of(smi_ptr_segment(p), p), p, usable)) {
     smi_padding_report_raced(p, block_size);
     return false;
   }
@@ -444,6 +444,22 @@ static void *realloc_in_place(void *p, size_t newsize, size_t usable, bool zero)
 #endif
 }
 
+/* realloc claims p at its checks (smi_block_claim_live) in the builds that claim frees */
+static void realloc_unclaim(void *p) { /* p stays (no memory for its move) */
+#if SM_CLAIM_FREES
+  smi_padding_store_mark(p, usable_raw(p), smi_canary_of(p));
+#else
+  (void)p;
+#endif
+}
+static void realloc_free_claimed(void *p) {
+#if SM_CLAIM_FREES
+  smi_free_claimed(p);
+#else
+  sm_free(p);
+#endif
+}
+
 static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignment, size_t offset, bool zero,
                          bool free_on_fail) {
   if (p == NULL) return any_alloc(heap, newsize, alignment, offset, zero);
@@ -453,9 +469,14 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
   }
 #if SM_CHECK_FREES
   /* p must pass every check a free makes before anything of its block is read (a freed huge
-   * block's mapping may be gone); reported, and the bad call is ignored (EINVAL: NULL from
-   * realloc alone would read as out of memory) */
+   * block's mapping may be gone), and is claimed as a free claims it (SM_CLAIM_FREES), so that
+   * a free racing this realloc cannot release it under the copy; reported, and the bad call is
+   * ignored (EINVAL: NULL from realloc alone would read as out of memory) */
+#if SM_CLAIM_FREES
+  if (!smi_block_claim_live(p)) {
+#else
   if (!smi_block_is_live(p)) {
+#endif
     errno = EINVAL;
     return NULL;
   }
@@ -467,14 +488,14 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
    * after a shrink in place they still hold what the program wrote. The room is the whole block
    * up to its padding (the debug build's usable size is the requested size). */
   size_t room = SM_CHECK_FREES ? usable_raw(p) - SM_PADDING : usable;
-  if (aligned && newsize <= room && newsize >= room / 2) return realloc_in_place(p, newsize, usable, zero);
+  if (aligned && newsize <= room && newsize >= room / 2) return realloc_in_place(p, newsize, usable, zero); /* live again */
   if (!SM_TRACK && alignment == 0 && newsize > usable && newsize > SM_LARGE_OBJ_MAX) {
     sm_segment_t *segment = smi_ptr_segment(p);
     if (segment->kind == SM_SEGMENT_HUGE && p == smi_page_start(&segment->pages[0]) && smi_heap_keeps(heap, &segment->pages[0])) {
       uint8_t *q = smi_huge_remap(segment, padded(newsize)); /* a huge block grows by moving pages, not bytes */
       if (q != NULL) {
 #if SM_CHECK_FREES
-        sm_expand(q, newsize); /* the padding for the new size */
+        sm_expand(q, newsize); /* the padding for the new size, live (the claim was at the old end) */
 #endif
         if (zero) memset(q + usable, 0, smi_usable_size(q) - usable);
         return q;
@@ -486,15 +507,16 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
   if (sm_unlikely(q == NULL)) {
     if (aligned && newsize <= room) {
       errno = saved_errno;
-      return realloc_in_place(p, newsize, usable, zero);
+      return realloc_in_place(p, newsize, usable, zero); /* its new padding is live */
     }
-    if (free_on_fail) sm_free(p);
+    if (free_on_fail) realloc_free_claimed(p);
+    else realloc_unclaim(p);
     return NULL;
   }
   size_t kept = usable < newsize ? usable : newsize;
   memcpy(q, p, kept);
   if (zero) memset(q + kept, 0, smi_usable_size(q) - kept);
-  sm_free(p);
+  realloc_free_claimed(p);
   return q;
 }
 

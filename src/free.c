@@ -140,7 +140,7 @@ static bool block_is_free(const sm_page_t *page, const sm_block_t *block, bool o
  * pointers: the caller then ignores the free, so the heap is never corrupted by it. Every check,
  * in full: the debug and memory-checker builds always come here, the secure build when its fast
  * test (free_check) is not sure. */
-static sm_page_t *block_validate(const void *p) {
+static sm_page_t *block_validate(const void *p, bool claim) {
   sm_segment_t *segment = smi_ptr_segment(p);
   if (sm_unlikely(!smi_segment_is_registered(segment) || segment->cookie != ((uintptr_t)segment ^ smi_read_mostly.secret))) {
     smi_error(EINVAL, "free of a pointer that was not allocated by shardmalloc: %p", p);
@@ -179,29 +179,36 @@ static sm_page_t *block_validate(const void *p) {
       return NULL;
     }
   }
+#if SM_CLAIM_FREES
+  /* Of two threads freeing one block at the same moment, one claims it (padding.h) and the other
+   * reports. The claim comes before the padding is read in full (the debug build's slack): a
+   * racing free could otherwise release a huge block's memory under that read. Huge blocks are
+   * claimed too: with the quarantine both frees would wait in a ring, and the second one's
+   * release could meet the mapping handed out again. */
+  if (claim) {
+    size_t usable = page->block_size - lead;
+    if (smi_padding_claim((void *)p, usable, smi_canary_of(p))) {
+      if (smi_padding_check(p, page->block_size, true)) return page;
+      smi_padding_store_mark((void *)p, usable, smi_canary_of(p)); /* an overflow: the block stays allocated */
+      return NULL;
+    }
+    /* the canary is gone: another thread claimed the block (told at once, as its release may
+     * be unmapping the block), or it was overwritten (an overflow) */
+    if (smi_padding_claimed(page, p, usable) || smi_padding_check(p, page->block_size, false))
+      smi_padding_report_raced(p, page->block_size);
+    return NULL;
+  }
+#else
+  (void)claim;
+#endif
   /* an overflow is reported and the free ignored, as for every error: the block stays allocated */
-  if (!smi_padding_check(p, page->block_size)) return NULL;
+  if (!smi_padding_check(p, page->block_size, false)) return NULL;
   return page;
 }
 
-/* block_validate, then what a free does to the block in these builds: the debug fill, the
- * memory checkers' bookkeeping, the per-class statistics */
-static sm_noinline sm_page_t *free_check_full(const void *p) {
-  sm_page_t *page = block_validate(p);
-  if (page == NULL) return NULL;
-#if SM_CLAIM_FREES
-  /* another thread may have validated the same block meanwhile: one of us claims it (huge blocks
-   * too: with the quarantine both frees would wait in a ring, and the second one's release could
-   * meet the mapping handed out again) */
-  size_t lead = smi_page_has_aligned(page) ? smi_block_offset(page, p) : 0; /* else 0: block_validate saw to it */
-  if (!smi_padding_claim((void *)p, page->block_size - lead, smi_canary_of(p))) {
-    smi_padding_report_raced(p, page->block_size);
-    return NULL;
-  }
-#elif SM_SECURE /* combined with a memory checker: marked, not claimed */
-  if (smi_page_segment(page)->kind != SM_SEGMENT_HUGE)
-    smi_padding_mark_freed((void *)p, page->block_size - (smi_page_has_aligned(page) ? smi_block_offset(page, p) : 0));
-#endif
+/* what a free does to a block in these builds once it has passed the checks (and is claimed):
+ * the debug fill, the memory checkers' bookkeeping, the per-class statistics */
+static sm_page_t *free_checked(const void *p, sm_page_t *page) {
 #if SM_DEBUG
   const sm_segment_t *segment = smi_page_segment(page);
   const sm_block_t *block = (const sm_block_t *)((const uint8_t *)p - smi_block_offset(page, p));
@@ -213,6 +220,17 @@ static sm_noinline sm_page_t *free_check_full(const void *p) {
 #endif
   smi_track_block_free((void *)p); /* after the fill: from here on the program may not touch it */
   return page;
+}
+
+/* block_validate (claiming the block), then free_checked */
+static sm_noinline sm_page_t *free_check_full(const void *p) {
+  sm_page_t *page = block_validate(p, true);
+  if (page == NULL) return NULL;
+#if !SM_CLAIM_FREES && SM_SECURE /* combined with a memory checker: marked, not claimed */
+  if (smi_page_segment(page)->kind != SM_SEGMENT_HUGE)
+    smi_padding_mark_freed((void *)p, page->block_size - (smi_page_has_aligned(page) ? smi_block_offset(page, p) : 0));
+#endif
+  return free_checked(p, page);
 }
 
 /* The secure build's test for the common case, a block start of a small, medium or large page
@@ -253,14 +271,28 @@ static inline __attribute__((always_inline)) sm_page_t *free_check_fast(const vo
 }
 #endif
 
-/* realloc in place: p must pass every check a free makes (reported the same way), nothing more */
+/* a sized free, before it reads the recorded size: p must pass every check a free makes
+ * (reported the same way), nothing more */
 bool smi_block_is_live(const void *p) {
 #if SM_INLINE_CHECKS
   sm_segment_t *segment;
   if (sm_likely(free_check_fast(p, &segment, false) != NULL)) return true;
 #endif
-  return block_validate(p) != NULL;
+  return block_validate(p, false) != NULL;
 }
+
+#if SM_CLAIM_FREES
+/* realloc, before it reads the block: every check a free makes, and the block claimed as a free
+ * claims it, so that a free of p racing the realloc reports instead of releasing what the copy
+ * reads (a huge block's pages). A realloc in place gives the claim back by writing the padding. */
+bool smi_block_claim_live(const void *p) {
+#if SM_INLINE_CHECKS
+  sm_segment_t *segment;
+  if (sm_likely(free_check_fast(p, &segment, true) != NULL)) return true;
+#endif
+  return block_validate(p, true) != NULL;
+}
+#endif
 #endif
 
 void smi_free_generic(sm_segment_t *segment, sm_page_t *page, void *p) {
@@ -416,6 +448,17 @@ void smi_quarantine_flush(sm_heap_t *heap) {
 #endif
 
 #if SM_CHECK_FREES
+/* a checked block goes: through the secure options while one is on (see free_secret), else free */
+static void free_release(void *p, sm_page_t *page) {
+#if SM_SECURE
+  if (sm_unlikely(atomic_load_explicit(&smi_read_mostly.free_options_on, memory_order_relaxed))) {
+    free_with_options(p, smi_page_segment(page), page);
+    return;
+  }
+#endif
+  free_block(p, smi_page_segment(page), page);
+}
+
 /* every check, out of line (a separate function, so that free's fast path saves no registers),
  * then the secure options (off by default; while one is on, every free comes here: see
  * free_secret), then the free itself */
@@ -434,15 +477,16 @@ static sm_noinline void free_check_full_then_free(void *p) {
   }
 #endif
   sm_page_t *page = free_check_full(p);
-  if (page == NULL) return;
-#if SM_SECURE
-  if (sm_unlikely(atomic_load_explicit(&smi_read_mostly.free_options_on, memory_order_relaxed))) {
-    free_with_options(p, smi_page_segment(page), page);
-    return;
-  }
-#endif
-  free_block(p, smi_page_segment(page), page);
+  if (page != NULL) free_release(p, page);
 }
+
+#if SM_CLAIM_FREES
+/* realloc, after its copy: a block it claimed (smi_block_claim_live) is freed without the checks */
+void smi_free_claimed(void *p) {
+  sm_segment_t *segment = smi_ptr_segment(p);
+  free_release(p, free_checked(p, smi_segment_page_of(segment, p)));
+}
+#endif
 #endif
 
 /* the body of sm_free and free: inlined into both (one function aliased to the other would make

@@ -337,6 +337,10 @@ void smi_free_generic(sm_segment_t *segment, sm_page_t *page, void *p);
 #if SM_CHECK_FREES
 bool smi_block_is_live(const void *p); /* every check a free makes (reported the same way) */
 #endif
+#if (SM_SECURE || SM_DEBUG) && !SM_TRACK /* SM_CLAIM_FREES (padding.h) */
+bool smi_block_claim_live(const void *p);
+void smi_free_claimed(void *p);
+#endif
 #if SM_SECURE
 void smi_quarantine_flush(sm_heap_t *heap);
 void smi_quarantine_reset(sm_heap_t *heap); /* a pooled heap taken again: its ring starts empty */
@@ -354,7 +358,8 @@ size_t smi_usable_size(const void *p);
 #if SM_CHECK_FREES
 size_t smi_requested_size(const void *p); /* from the block's padding */
 #endif
-bool smi_padding_check(const void *p, size_t block_size); /* false: an overflow (reported) */
+/* false: an overflow (reported); claimed: the canary is this thread's freed mark (padding.h) */
+bool smi_padding_check(const void *p, size_t block_size, bool claimed);
 void smi_track_block_free(void *p);
 void *smi_enomem(void);
 
