@@ -147,6 +147,12 @@ static sm_page_t *block_validate(const void *p, bool claim) {
     return NULL;
   }
   sm_page_t *page = smi_segment_page_of(segment, p);
+  if (sm_unlikely(!page->in_use && (const uint8_t *)p == smi_page_start(page))) {
+    /* the first block of a page no longer in use: a large or huge block (one to a page, and the
+     * page goes when it is freed), or a small page's first block after its last one went */
+    smi_error(EINVAL, "double free of %p (block size %zu; its page is free)", p, page->block_size);
+    return NULL;
+  }
   if (sm_unlikely(!page->in_use || (const uint8_t *)p < smi_page_start(page) ||
                   (const uint8_t *)p >= smi_page_start(page) + (size_t)smi_page_capacity(page) * page->block_size)) {
     smi_error(EINVAL, "free of an invalid pointer %p (not in a live block)", p);
