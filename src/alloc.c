@@ -444,7 +444,7 @@ static void *realloc_in_place(void *p, size_t newsize, size_t usable, bool zero)
 #endif
 }
 
-/* realloc claims p at its checks (smi_block_claim_live) in the builds that claim frees */
+/* realloc claims p at its checks (smi_block_check_live) in the builds that claim frees */
 static void realloc_unclaim(void *p) { /* p stays (no memory for its move) */
 #if SM_CLAIM_FREES
   smi_padding_store_mark(p, usable_raw(p), smi_canary_of(p));
@@ -472,11 +472,7 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
    * block's mapping may be gone), and is claimed as a free claims it (SM_CLAIM_FREES), so that
    * a free racing this realloc cannot release it under the copy; reported, and the bad call is
    * ignored (EINVAL: NULL from realloc alone would read as out of memory) */
-#if SM_CLAIM_FREES
-  if (!smi_block_claim_live(p)) {
-#else
-  if (!smi_block_is_live(p)) {
-#endif
+  if (!smi_block_check_live(p, SM_CLAIM_FREES)) {
     errno = EINVAL;
     return NULL;
   }

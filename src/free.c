@@ -277,28 +277,18 @@ static inline __attribute__((always_inline)) sm_page_t *free_check_fast(const vo
 }
 #endif
 
-/* a sized free, before it reads the recorded size: p must pass every check a free makes
- * (reported the same way), nothing more */
-bool smi_block_is_live(const void *p) {
+/* p must pass every check a free makes (reported the same way) before its block is read: a
+ * sized free's recorded size, realloc's copy. With claim (realloc; SM_CLAIM_FREES builds) the
+ * block is also claimed as a free claims it, so that a free of p racing the realloc reports
+ * instead of releasing what the copy reads (a huge block's pages); a realloc in place gives the
+ * claim back by writing the padding. */
+bool smi_block_check_live(const void *p, bool claim) {
 #if SM_INLINE_CHECKS
   sm_segment_t *segment;
-  if (sm_likely(free_check_fast(p, &segment, false) != NULL)) return true;
+  if (sm_likely(free_check_fast(p, &segment, claim) != NULL)) return true;
 #endif
-  return block_validate(p, false) != NULL;
+  return block_validate(p, claim) != NULL;
 }
-
-#if SM_CLAIM_FREES
-/* realloc, before it reads the block: every check a free makes, and the block claimed as a free
- * claims it, so that a free of p racing the realloc reports instead of releasing what the copy
- * reads (a huge block's pages). A realloc in place gives the claim back by writing the padding. */
-bool smi_block_claim_live(const void *p) {
-#if SM_INLINE_CHECKS
-  sm_segment_t *segment;
-  if (sm_likely(free_check_fast(p, &segment, true) != NULL)) return true;
-#endif
-  return block_validate(p, true) != NULL;
-}
-#endif
 #endif
 
 void smi_free_generic(sm_segment_t *segment, sm_page_t *page, void *p) {
@@ -487,7 +477,7 @@ static sm_noinline void free_check_full_then_free(void *p) {
 }
 
 #if SM_CLAIM_FREES
-/* realloc, after its copy: a block it claimed (smi_block_claim_live) is freed without the checks */
+/* realloc, after its copy: a block it claimed (smi_block_check_live) is freed without the checks */
 void smi_free_claimed(void *p) {
   sm_segment_t *segment = smi_ptr_segment(p);
   free_release(p, free_checked(p, smi_segment_page_of(segment, p)));

@@ -335,10 +335,9 @@ static inline void smi_heap_unlock(sm_heap_t *heap) { smi_spin_unlock(&heap->loc
 void smi_free_block_local(sm_page_t *page, sm_block_t *block);
 void smi_free_generic(sm_segment_t *segment, sm_page_t *page, void *p);
 #if SM_CHECK_FREES
-bool smi_block_is_live(const void *p); /* every check a free makes (reported the same way) */
+bool smi_block_check_live(const void *p, bool claim); /* every check a free makes (reported the same way) */
 #endif
 #if (SM_SECURE || SM_DEBUG) && !SM_TRACK /* SM_CLAIM_FREES (padding.h) */
-bool smi_block_claim_live(const void *p);
 void smi_free_claimed(void *p);
 #endif
 #if SM_SECURE

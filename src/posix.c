@@ -96,7 +96,7 @@ static bool sized_free_ok(void *p, size_t size) {
   /* p must pass a free's checks before its recorded size is read (reported as the free would
    * report it, and not freed): an interior pointer into a huge block read past its mapping (a
    * crash), and a second sized free was reported as a size mismatch (until 2026-11-27) */
-  if (p != NULL && !smi_block_is_live(p)) return false;
+  if (p != NULL && !smi_block_check_live(p, false)) return false;
   if (p != NULL && size != smi_requested_size(p)) {
     smi_error(EINVAL, "sized free of %p with size %zu, but %zu bytes were requested", p, size, smi_requested_size(p));
     return false;
