@@ -192,7 +192,8 @@ __attribute__((always_inline)) static inline void *padding_finish(void *p, size_
 
 /* at free: report an overflow past the usable size, naming the first overwritten byte (free's
  * fast path tests smi_padding_intact first) */
-bool smi_padding_check(const void *p, size_t block_size, bool claimed) {
+bool smi_padding_check(const void *p, size_t block_size, bool claimed, smi_call_t call) {
+  (void)call; /* the builds that claim frees name it in a report of a race */
   const uint8_t *b = p;
   size_t usable = usable_raw(p), size = padding_requested(p, usable), canary_at = usable - SM_PADDING;
   size_t from = size < canary_at ? size : canary_at; /* the padding (size == usable: record damaged) */
@@ -213,7 +214,7 @@ bool smi_padding_check(const void *p, size_t block_size, bool claimed) {
   /* another thread's free claimed the block while this one checked it (its debug fill reaches the
    * slack before the canary): a double free at the same moment, not an overflow */
   if (!claimed && smi_padding_claimed(smi_segment_page_of(smi_ptr_segment(p), p), p, usable)) {
-    smi_padding_report_raced(p, block_size);
+    smi_padding_report_raced(call, p, block_size);
     return false;
   }
 #endif
@@ -236,9 +237,9 @@ void smi_track_block_free(void *p) {
 size_t smi_usable_size(const void *p) { return p == NULL ? 0 : padding_usable(p, usable_raw(p)); }
 size_t smi_requested_size(const void *p) { return padding_requested(p, usable_raw(p)); }
 
-/* the block's requested size changes in place: rewrite the padding */
-void *sm_expand(void *p, size_t newsize) {
-  if (p == NULL) return NULL;
+/* the block's requested size changes in place: rewrite the padding (p is live: checked, or
+ * claimed by realloc) */
+static void *padding_resize(void *p, size_t newsize) {
   uint8_t *b = p;
   size_t usable = usable_raw(p), size = padding_requested(p, usable);
   (void)size; /* only the memory checkers need it */
@@ -252,15 +253,22 @@ void *sm_expand(void *p, size_t newsize) {
   smi_track_noaccess(b + newsize, usable - newsize);
   return p;
 }
+/* p is checked as a free would check it before its padding is read or written (a freed block's
+ * holds a link, a freed huge block's memory may be unmapped) */
+void *sm_expand(void *p, size_t newsize) {
+  return p != NULL && smi_block_check_live(p, false, SMI_CALL_EXPAND) ? padding_resize(p, newsize) : NULL;
+}
+size_t sm_usable_size(const void *p) {
+  return p != NULL && smi_block_check_live(p, false, SMI_CALL_USABLE_SIZE) ? smi_usable_size(p) : 0;
+}
 #else
 #define padded(size) (size)
 #define padding_finish(p, size, zero, cleared) (p)
 #define huge_zeroed(size, zero) (zero)
 size_t smi_usable_size(const void *p) { return p == NULL ? 0 : usable_raw(p); }
 void *sm_expand(void *p, size_t newsize) { return p != NULL && newsize <= usable_raw(p) ? p : NULL; }
-#endif
-
 size_t sm_usable_size(const void *p) { return smi_usable_size(p); }
+#endif
 
 /* ---- allocation in a given heap ----
  * heap_alloc/heap_alloc_aligned serve a heap the calling thread may use without a lock: its own
@@ -434,7 +442,7 @@ static void *any_alloc_checked(sm_heap_t *heap, size_t size, size_t alignment, s
  * build fills the bytes past the requested size and reports that size as usable) */
 static void *realloc_in_place(void *p, size_t newsize, size_t usable, bool zero) {
 #if SM_CHECK_FREES
-  uint8_t *q = sm_expand(p, newsize);
+  uint8_t *q = padding_resize(p, newsize);
   if (zero && q != NULL && newsize > usable) memset(q + usable, 0, newsize - usable);
   else if (zero && q != NULL && !SM_PADDING_EXACT) memset(q + newsize, 0, usable - newsize);
   return q;
@@ -472,7 +480,7 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
    * block's mapping may be gone), and is claimed as a free claims it (SM_CLAIM_FREES), so that
    * a free racing this realloc cannot release it under the copy; reported, and the bad call is
    * ignored (EINVAL: NULL from realloc alone would read as out of memory) */
-  if (!smi_block_check_live(p, SM_CLAIM_FREES)) {
+  if (!smi_block_check_live(p, SM_CLAIM_FREES, SMI_CALL_REALLOC)) {
     errno = EINVAL;
     return NULL;
   }
@@ -491,7 +499,7 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
       uint8_t *q = smi_huge_remap(segment, padded(newsize)); /* a huge block grows by moving pages, not bytes */
       if (q != NULL) {
 #if SM_CHECK_FREES
-        sm_expand(q, newsize); /* the padding for the new size, live (the claim was at the old end) */
+        padding_resize(q, newsize); /* the padding for the new size, live (the claim was at the old end) */
 #endif
         if (zero) memset(q + usable, 0, smi_usable_size(q) - usable);
         return q;

@@ -100,6 +100,11 @@ static sm_block_t *page_block_of(const sm_page_t *page, const void *p) {
 }
 
 #if SM_CHECK_FREES
+void smi_report_freed(smi_call_t call, const void *p, size_t block_size, const char *why) {
+  if (call == SMI_CALL_FREE) smi_error(EINVAL, "double free of %p (block size %zu%s)", p, block_size, why);
+  else smi_error(EINVAL, "%s of a freed block %p (block size %zu%s)", smi_call_name(call), p, block_size, why);
+}
+
 /* never leaves the page, so a racy or corrupted list cannot make it read unmapped memory */
 static bool list_contains(const sm_page_t *page, const sm_block_t *list, const sm_block_t *block) {
   for (uint32_t n = 0; list != NULL && n <= page->capacity; n++, list = smi_block_next(page, list)) {
@@ -140,27 +145,29 @@ static bool block_is_free(const sm_page_t *page, const sm_block_t *block, bool o
  * pointers: the caller then ignores the free, so the heap is never corrupted by it. Every check,
  * in full: the debug and memory-checker builds always come here, the secure build when its fast
  * test (free_check) is not sure. */
-static sm_page_t *block_validate(const void *p, bool claim) {
+static sm_page_t *block_validate(const void *p, bool claim, smi_call_t call) {
+  const char *name = smi_call_name(call);
   sm_segment_t *segment = smi_ptr_segment(p);
   if (sm_unlikely(!smi_segment_is_registered(segment) || segment->cookie != ((uintptr_t)segment ^ smi_read_mostly.secret))) {
-    smi_error(EINVAL, "free of a pointer that was not allocated by shardmalloc: %p", p);
+    smi_error(EINVAL, "%s of a pointer that was not allocated by shardmalloc: %p", name, p);
     return NULL;
   }
   sm_page_t *page = smi_segment_page_of(segment, p);
   if (sm_unlikely(!page->in_use && (const uint8_t *)p == smi_page_start(page))) {
     /* the first block of a page no longer in use: a large or huge block (one to a page, and the
      * page goes when it is freed), or a small page's first block after its last one went */
-    smi_error(EINVAL, "double free of %p (block size %zu; its page is free)", p, page->block_size);
+    smi_report_freed(call, p, page->block_size, "; its page is free");
     return NULL;
   }
   if (sm_unlikely(!page->in_use || (const uint8_t *)p < smi_page_start(page) ||
                   (const uint8_t *)p >= smi_page_start(page) + (size_t)smi_page_capacity(page) * page->block_size)) {
-    smi_error(EINVAL, "free of an invalid pointer %p (not in a live block)", p);
+    smi_error(EINVAL, "%s of an invalid pointer %p (not in a live block)", name, p);
     return NULL;
   }
   size_t lead = smi_block_offset(page, p);
   if (sm_unlikely(lead != 0 && !smi_page_has_aligned(page))) {
-    smi_error(EINVAL, "free of an interior pointer %p (block %p of size %zu)", p, (const void *)((const uint8_t *)p - lead), page->block_size);
+    smi_error(EINVAL, "%s of an interior pointer %p (block %p of size %zu)", name, p, (const void *)((const uint8_t *)p - lead),
+              page->block_size);
     return NULL;
   }
   const sm_block_t *block = (const sm_block_t *)((const uint8_t *)p - lead);
@@ -171,7 +178,7 @@ static sm_page_t *block_validate(const void *p, bool claim) {
   bool marked_freed = SM_CLAIM_FREES ? smi_padding_claimed(page, p, page->block_size - lead)
                                      : SM_SECURE && segment->kind != SM_SEGMENT_HUGE && smi_padding_is_freed(p, page->block_size - lead);
   if (huge_quarantined || marked_freed || (segment->kind != SM_SEGMENT_HUGE && sm_unlikely(block_is_free(page, block, owner)))) {
-    smi_error(EINVAL, "double free of %p (block size %zu)", p, page->block_size);
+    smi_report_freed(call, p, page->block_size, "");
     return NULL;
   }
   if (lead != 0 && !smi_padding_intact(p, page->block_size - lead)) {
@@ -180,7 +187,7 @@ static sm_page_t *block_validate(const void *p, bool claim) {
     uint32_t stored = smi_padding_canary(p, page->block_size - lead);
     uintptr_t named = ((uintptr_t)p & ~(uintptr_t)UINT32_MAX) | (stored ^ (uint32_t)smi_read_mostly.secret);
     if (named >= (uintptr_t)block && named < (uintptr_t)block + page->block_size && named != (uintptr_t)p) {
-      smi_error(EINVAL, "free of an interior pointer %p (block %p of size %zu, handed out as %p)", p,
+      smi_error(EINVAL, "%s of an interior pointer %p (block %p of size %zu, handed out as %p)", name, p,
                 (const void *)block, page->block_size, (void *)named);
       return NULL;
     }
@@ -194,21 +201,21 @@ static sm_page_t *block_validate(const void *p, bool claim) {
   if (claim) {
     size_t usable = page->block_size - lead;
     if (smi_padding_claim((void *)p, usable, smi_canary_of(p))) {
-      if (smi_padding_check(p, page->block_size, true)) return page;
+      if (smi_padding_check(p, page->block_size, true, call)) return page;
       smi_padding_store_mark((void *)p, usable, smi_canary_of(p)); /* an overflow: the block stays allocated */
       return NULL;
     }
     /* the canary is gone: another thread claimed the block (told at once, as its release may
      * be unmapping the block), or it was overwritten (an overflow) */
-    if (smi_padding_claimed(page, p, usable) || smi_padding_check(p, page->block_size, false))
-      smi_padding_report_raced(p, page->block_size);
+    if (smi_padding_claimed(page, p, usable) || smi_padding_check(p, page->block_size, false, call))
+      smi_padding_report_raced(call, p, page->block_size);
     return NULL;
   }
 #else
   (void)claim;
 #endif
   /* an overflow is reported and the free ignored, as for every error: the block stays allocated */
-  if (!smi_padding_check(p, page->block_size, false)) return NULL;
+  if (!smi_padding_check(p, page->block_size, false, call)) return NULL;
   return page;
 }
 
@@ -230,7 +237,7 @@ static sm_page_t *free_checked(const void *p, sm_page_t *page) {
 
 /* block_validate (claiming the block), then free_checked */
 static sm_noinline sm_page_t *free_check_full(const void *p) {
-  sm_page_t *page = block_validate(p, true);
+  sm_page_t *page = block_validate(p, true, SMI_CALL_FREE);
   if (page == NULL) return NULL;
 #if !SM_CLAIM_FREES && SM_SECURE /* combined with a memory checker: marked, not claimed */
   if (smi_page_segment(page)->kind != SM_SEGMENT_HUGE)
@@ -282,12 +289,12 @@ static inline __attribute__((always_inline)) sm_page_t *free_check_fast(const vo
  * block is also claimed as a free claims it, so that a free of p racing the realloc reports
  * instead of releasing what the copy reads (a huge block's pages); a realloc in place gives the
  * claim back by writing the padding. */
-bool smi_block_check_live(const void *p, bool claim) {
+bool smi_block_check_live(const void *p, bool claim, smi_call_t call) {
 #if SM_INLINE_CHECKS
   sm_segment_t *segment;
   if (sm_likely(free_check_fast(p, &segment, claim) != NULL)) return true;
 #endif
-  return block_validate(p, claim) != NULL;
+  return block_validate(p, claim, call) != NULL;
 }
 #endif
 
@@ -383,7 +390,7 @@ static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page
   for (size_t i = 0; i < q->count; i++) { /* it is on no free list while it waits */
     if (q->blocks[(q->head + i) % (size_t)cap] == p) {
       quarantine_leave(q); /* the error handler may free */
-      smi_error(EINVAL, "double free of %p (block size %zu; the block was waiting in the quarantine)", p, page->block_size);
+      smi_report_freed(SMI_CALL_FREE, p, page->block_size, "; the block was waiting in the quarantine");
       return NULL;
     }
   }

@@ -87,6 +87,15 @@ void smi_options_print(void); /* verbose: every option, its value and where it c
 void smi_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void smi_warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void smi_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The checked builds' reports of a bad pointer name the call it was passed to (a block freed
+ * before is a "double free" when freed again, a "realloc of a freed block" when reallocated) */
+typedef enum { SMI_CALL_FREE, SMI_CALL_REALLOC, SMI_CALL_USABLE_SIZE, SMI_CALL_EXPAND } smi_call_t;
+static inline const char *smi_call_name(smi_call_t call) {
+  static const char *const names[] = {"free", "realloc", "malloc_usable_size", "sm_expand"};
+  return names[call];
+}
+/* reports p, a block already freed (why: "" or "; <the reason it is known>") */
+void smi_report_freed(smi_call_t call, const void *p, size_t block_size, const char *why);
 /* messages to an explicit output function (NULL: the registered one, else stderr) */
 void smi_message_to(sm_output_fun *out, void *arg, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -335,7 +344,8 @@ static inline void smi_heap_unlock(sm_heap_t *heap) { smi_spin_unlock(&heap->loc
 void smi_free_block_local(sm_page_t *page, sm_block_t *block);
 void smi_free_generic(sm_segment_t *segment, sm_page_t *page, void *p);
 #if SM_CHECK_FREES
-bool smi_block_check_live(const void *p, bool claim); /* every check a free makes (reported the same way) */
+/* every check a free makes (reported the same way, naming call) */
+bool smi_block_check_live(const void *p, bool claim, smi_call_t call);
 #endif
 #if (SM_SECURE || SM_DEBUG) && !SM_TRACK /* SM_CLAIM_FREES (padding.h) */
 void smi_free_claimed(void *p);
@@ -358,7 +368,7 @@ size_t smi_usable_size(const void *p);
 size_t smi_requested_size(const void *p); /* from the block's padding */
 #endif
 /* false: an overflow (reported); claimed: the canary is this thread's freed mark (padding.h) */
-bool smi_padding_check(const void *p, size_t block_size, bool claimed);
+bool smi_padding_check(const void *p, size_t block_size, bool claimed, smi_call_t call);
 void smi_track_block_free(void *p);
 void *smi_enomem(void);
 

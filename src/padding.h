@@ -76,8 +76,8 @@ static inline bool smi_padding_claimed(const sm_page_t *page, const void *p, siz
   return false;
 #endif
 }
-static inline void smi_padding_report_raced(const void *p, size_t block_size) {
-  smi_error(EINVAL, "double free of %p (block size %zu; freed by another thread at the same moment)", p, block_size);
+static inline void smi_padding_report_raced(smi_call_t call, const void *p, size_t block_size) {
+  smi_report_freed(call, p, block_size, "; freed by another thread at the same moment");
 }
 #endif
 

@@ -84,8 +84,8 @@ int sm_reallocarr(void *p, size_t count, size_t size) {
   return 0;
 }
 
-size_t sm_malloc_size(const void *p) { return smi_usable_size(p); }        /* macOS */
-size_t sm_malloc_usable_size(const void *p) { return smi_usable_size(p); } /* glibc */
+size_t sm_malloc_size(const void *p) { return sm_usable_size(p); }        /* macOS */
+size_t sm_malloc_usable_size(const void *p) { return sm_usable_size(p); } /* glibc */
 size_t sm_malloc_good_size(size_t size) { return sm_good_size(size); }    /* macOS */
 void *sm__expand(void *p, size_t newsize) { return sm_expand(p, newsize); } /* Windows _expand */
 
@@ -96,7 +96,7 @@ static bool sized_free_ok(void *p, size_t size) {
   /* p must pass a free's checks before its recorded size is read (reported as the free would
    * report it, and not freed): an interior pointer into a huge block read past its mapping (a
    * crash), and a second sized free was reported as a size mismatch (until 2026-11-27) */
-  if (p != NULL && !smi_block_check_live(p, false)) return false;
+  if (p != NULL && !smi_block_check_live(p, false, SMI_CALL_FREE)) return false;
   if (p != NULL && size != smi_requested_size(p)) {
     smi_error(EINVAL, "sized free of %p with size %zu, but %zu bytes were requested", p, size, smi_requested_size(p));
     return false;

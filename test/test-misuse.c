@@ -76,6 +76,17 @@ static void misuse(const char *c) {
     churn_other_class();
     void *q = realloc((void *)p, 200);
     (void)q;
+  } else if (!strcmp(c, "usable-size-freed")) {
+    free((void *)p);
+    if (malloc_usable_size((void *)p) != 0) _exit(6); /* reported, and 0 as for NULL */
+  } else if (!strcmp(c, "usable-size-freed-huge")) { /* its mapping is unmapped at the free: it read there */
+    char *h = malloc(80 << 20);
+    free(h);
+    if (malloc_usable_size(opaque_ptr(h)) != 0) _exit(6);
+  } else if (!strcmp(c, "expand-freed")) { /* it wrote a live padding over the free block's link */
+    void *(*expand)(void *, size_t) = (void *(*)(void *, size_t))dlsym(RTLD_DEFAULT, "sm_expand");
+    free((void *)p);
+    if (expand((void *)p, 90) != NULL) _exit(6);
   } else if (!strcmp(c, "write-past-end")) {
     /* past the usable size: the requested 100 bytes in the debug build, up to the canary in the
      * secure one */
@@ -154,7 +165,8 @@ static int integrity(void) {
 
 static const char *const cases[] = {"double-free", "double-free-delayed", "double-free-other-thread",
                                     "free-interior", "free-sized-interior-huge", "free-sized-twice", "free-unaligned", "free-stack", "free-global",
-                                    "free-never-allocated", "free-1", "realloc-freed", "write-past-end",
+                                    "free-never-allocated", "free-1", "realloc-freed", "usable-size-freed",
+                                    "usable-size-freed-huge", "expand-freed", "write-past-end",
                                     "write-after-free", "write-zero-after-free", "write-after-remote-free",
                                     "write-after-delayed-free", "free-after-heap-destroy"};
 
@@ -163,6 +175,10 @@ static const char *const cases[] = {"double-free", "double-free-delayed", "doubl
 static const char *expected_report(const char *c) {
   if (!strcmp(c, "free-sized-interior-huge")) return "interior pointer";
   if (!strcmp(c, "free-sized-twice")) return "double free";
+  /* a call other than free names itself */
+  if (!strcmp(c, "realloc-freed")) return "realloc of";
+  if (!strncmp(c, "usable-size-", 12)) return "malloc_usable_size of";
+  if (!strcmp(c, "expand-freed")) return "sm_expand of";
   return !strcmp(c, "free-after-heap-destroy") ? "free of" : NULL;
 }
 
@@ -220,6 +236,8 @@ int main(int argc, char **argv) {
       CHECK(!(WIFEXITED(st) && (WEXITSTATUS(st) == 3 || WEXITSTATUS(st) == 4)),
             "%s: expected the heap intact after the misuse, seen %s (the same block handed out twice or a block's "
             "contents damaged)", cases[k], WEXITSTATUS(st) == 3 ? "damage" : "allocation failure");
+      CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 6), "%s: expected the call to fail as for NULL (0 or NULL), seen it "
+            "answer for the freed block", cases[k]);
       CHECK(!(WIFSIGNALED(st) && (WTERMSIG(st) == SIGSEGV || WTERMSIG(st) == SIGBUS) && len == 0),
             "%s: expected a report, seen a silent crash (%s)", cases[k], how);
     }
