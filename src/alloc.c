@@ -114,6 +114,54 @@ static size_t first_unlike(const uint8_t *b, size_t from, size_t to, uint8_t fil
     if (b[i] != fill) return i;
   return SIZE_MAX;
 }
+
+/* Freed memory keeps its fill until it is carved again, also when its whole page goes: else a
+ * write after free into a block whose page was released (a large block, one to a page, or the
+ * last block of a small page) was never seen, as its page's next carving filled over it. At a
+ * page's release (segment.c) its blocks are all free, each a link and then the freed fill: that
+ * is checked, the links are filled over, and the descriptor records how far the fill reaches
+ * (freed_fill); a later page at that descriptor checks what it carves within that record, where
+ * every byte is the fill or zero (purged). Within the record only: a segment taken from the
+ * cache starts with none (it may have held a huge block, which is never filled). */
+#if !SM_TRACK
+void smi_debug_page_release(sm_page_t *page) {
+  bool check = !(SM_SECURE && smi_option(sm_option_zero_on_free)); /* its freed blocks hold zeros */
+  uint8_t *start = smi_page_start(page);
+  for (size_t i = 0; i < page->capacity; i++) {
+    uint8_t *block = start + i * page->block_size;
+    size_t bad = check ? first_unlike(block, sizeof(sm_block_t), page->block_size, SM_FILL_FREED) : SIZE_MAX;
+    if (bad != SIZE_MAX) {
+      smi_error(EFAULT, "write after free in block %p (block size %zu): byte %zu was written", (void *)block,
+                page->block_size, bad);
+      check = false; /* one report a page */
+    }
+    memset(block, SM_FILL_FREED, bad == SIZE_MAX ? sizeof(sm_block_t) : page->block_size);
+  }
+  size_t carved = (size_t)page->capacity * page->block_size;
+  if (carved > page->freed_fill) page->freed_fill = (uint32_t)carved;
+}
+/* sm_heap_destroy releases pages whose blocks were never freed */
+void smi_debug_page_fill_freed(sm_page_t *page) {
+  memset(smi_page_start(page), SM_FILL_FREED, (size_t)page->capacity * page->block_size);
+}
+void smi_debug_carve_check(const sm_page_t *page, const uint8_t *first, size_t len) {
+  const uint8_t *start = smi_page_start(page);
+  size_t from = (size_t)(first - start), to = from + len < page->freed_fill ? from + len : page->freed_fill;
+  const uint64_t freed = 0x0101010101010101ull * SM_FILL_FREED;
+  for (size_t i = from; i < to; i += 8) {
+    uint64_t w;
+    memcpy(&w, start + i, 8); /* blocks are 8-byte multiples from an 8-aligned start */
+    if (sm_likely(w == 0 || w == freed)) continue;
+    for (size_t k = i; k < i + 8; k++) {
+      if (start[k] != 0 && start[k] != SM_FILL_FREED) {
+        smi_error(EFAULT, "write after free at %p (0x%02x): a block of a page freed earlier was written, found as its "
+                  "memory is carved again (block size now %zu)", (const void *)(start + k), start[k], page->block_size);
+        return;
+      }
+    }
+  }
+}
+#endif
 #endif
 
 /* every case: fill patterns and the write-after-free check (debug), memory checkers, aligned

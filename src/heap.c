@@ -473,6 +473,9 @@ static void heap_part_destroy(sm_heap_t *part) {
       for (size_t i = 0; i < page->capacity; i++) smi_padding_mark_freed(start + i * page->block_size, page->block_size);
     }
 #endif
+#if SM_DEBUG && !SM_TRACK
+    smi_debug_page_fill_freed(page); /* its live blocks are freed here: the release checks none of them */
+#endif
     page->used = 0;
     page->free = page->local_free = NULL;
     atomic_store_explicit(&page->thread_free, 0, memory_order_relaxed);

@@ -370,6 +370,12 @@ size_t smi_requested_size(const void *p); /* from the block's padding */
 /* false: an overflow (reported); claimed: the canary is this thread's freed mark (padding.h) */
 bool smi_padding_check(const void *p, size_t block_size, bool claimed, smi_call_t call);
 void smi_track_block_free(void *p);
+#if SM_DEBUG && !SM_TRACK
+/* the freed fill across a page's release and its memory's next carving (alloc.c) */
+void smi_debug_page_release(sm_page_t *page);    /* as any page goes: its blocks must all be free */
+void smi_debug_page_fill_freed(sm_page_t *page); /* before a page of live blocks goes (sm_heap_destroy) */
+void smi_debug_carve_check(const sm_page_t *page, const uint8_t *first, size_t len);
+#endif
 void *smi_enomem(void);
 
 /* ---- small shared helpers ---- */

@@ -423,6 +423,9 @@ static void page_extend(sm_page_t *page) {
   uint8_t *last = first + (extend - 1) * bsize;
   smi_track_undefined(first, extend * bsize); /* memory of a reused mapping may be marked freed */
 #if SM_DEBUG
+#if !SM_TRACK
+  smi_debug_carve_check(page, first, extend * bsize); /* freed with an earlier page (alloc.c) */
+#endif
   memset(first, 0xDF, extend * bsize); /* fresh blocks look freed: malloc checks the pattern */
 #endif
 #if SM_SECURE

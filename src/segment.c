@@ -945,6 +945,9 @@ sm_page_t *smi_segment_page_alloc(sm_heap_t *heap, size_t block_size, bool busy)
 
 /* a page (span) of `segment` is no longer in use (tld: its owner's, or NULL) */
 static void segment_page_release(sm_tld_t *tld, sm_segment_t *segment, sm_page_t *page) {
+#if SM_DEBUG && !SM_TRACK
+  smi_debug_page_release(page);
+#endif
   page->in_use = 0;
 #if SM_SECURE
   page->block_magic = 0;

@@ -145,6 +145,9 @@ typedef struct sm_page_s {
   uintptr_t start_;     /* first block: use smi_page_start (hidden from valgrind's leak scan) */
   uint16_t capacity;    /* blocks carved out so far (free lists are built lazily) */
   uint8_t shared_has_aligned; /* some block was handed out at an interior (aligned) address */
+#if SM_DEBUG
+  uint32_t freed_fill;  /* debug: bytes from the start holding the freed fill since a release (alloc.c) */
+#endif
 #if SM_SECURE
   uintptr_t keys[2];    /* free-list pointer encoding */
   uint64_t block_magic; /* ceil(2^64 / block_size): free's block-start test without a division;
