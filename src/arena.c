@@ -370,12 +370,32 @@ void *smi_mem_alloc(size_t size, size_t alignment, size_t offset) {
   return p;
 }
 
+#if SM_CHECK_FREES
+/* The checked builds read a pointer's segment map bit, then its segment header and padding: a
+ * thread preempted between those reads while another thread freed and unmapped that memory
+ * faulted (a free racing a realloc of the same huge block, under load). Memory they give back to
+ * the OS first becomes a read-only mapping of zeros (no cookie there: "not allocated by
+ * shardmalloc"), unmapped for good at the next such free: a grace period of one unmap. */
+static _Atomic(uint64_t) unmap_pending; /* its address and size in 4 KiB units: 36 and 28 bits */
+static void os_free_after_grace(void *p, size_t size) {
+  uint64_t entry = ((uint64_t)(uintptr_t)p >> 12) | ((uint64_t)(size >> 12) << 36);
+  if (((uintptr_t)p | size) & 4095 || (uintptr_t)p >> 48 != 0 || size >> 40 != 0 || !smi_os_free_keep_addresses(p, size)) {
+    smi_os_free(p, size);
+    return;
+  }
+  uint64_t old = atomic_exchange_explicit(&unmap_pending, entry, memory_order_acq_rel);
+  if (old != 0) smi_os_free((void *)(uintptr_t)((old & (((uint64_t)1 << 36) - 1)) << 12), (size_t)(old >> 36) << 12);
+}
+#else
+#define os_free_after_grace smi_os_free
+#endif
+
 /* purged: how many of the bytes were purged (not counted as committed any more) */
 void smi_mem_free(void *p, size_t size, size_t purged) {
   smi_arena_t *a = arena_of(p);
   if (a == NULL) {
     smi_stat_inc(SM_STAT_MUNMAP_CALLS);
-    smi_os_free(p, size);
+    os_free_after_grace(p, size);
     smi_count_add(SM_COUNT_RESERVED, -(int64_t)size);
     smi_count_add(SM_COUNT_COMMITTED, -(int64_t)(size - purged));
     return;

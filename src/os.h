@@ -17,6 +17,9 @@ void *smi_os_alloc_aligned(size_t size, size_t alignment, size_t offset);
  * ordinary mapping larger than what the OS can back is refused, as glibc's malloc is. */
 void *smi_os_alloc_aligned_noreserve(size_t size, size_t alignment);
 void smi_os_free(void *p, size_t size);
+/* Give [p, p+size) back but keep its addresses: it becomes a read-only mapping of zeros (reads
+ * never fault, nothing else is placed there) until smi_os_free. False if the OS refused. */
+bool smi_os_free_keep_addresses(void *p, size_t size);
 /* Move the mapping [p, p+old_size) to a new one of new_size bytes, aligned to `alignment`,
  * without copying (page tables move); the old range is gone. NULL (and p intact) on failure. */
 void *smi_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment);

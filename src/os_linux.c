@@ -208,6 +208,15 @@ void smi_os_free(void *p, size_t size) {
   errno = saved;
 }
 
+bool smi_os_free_keep_addresses(void *p, size_t size) {
+  int saved = errno;
+  void *q = mmap(p, size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  errno = saved;
+  if (q == MAP_FAILED) return false;
+  os_set_pinned(p, size, false); /* hugetlb pages, if any, went with the old mapping */
+  return true;
+}
+
 bool smi_os_purge(void *p, size_t size, bool decommit) {
   /* hugetlb pages go back only whole, if at all (MADV_DONTNEED may succeed and do nothing):
    * pinned memory is never purged, so it never claims to read as zero */
