@@ -370,12 +370,14 @@ void *smi_mem_alloc(size_t size, size_t alignment, size_t offset) {
   return p;
 }
 
-#if SM_CHECK_FREES
-/* The checked builds read a pointer's segment map bit, then its segment header and padding: a
- * thread preempted between those reads while another thread freed and unmapped that memory
- * faulted (a free racing a realloc of the same huge block, under load). Memory they give back to
- * the OS first becomes a read-only mapping of zeros (no cookie there: "not allocated by
- * shardmalloc"), unmapped for good at the next such free: a grace period of one unmap. */
+#if SM_CHECK_FREES && !SM_TRACK
+/* The secure and debug builds read a pointer's segment map bit, then its segment header and
+ * padding: a thread preempted between those reads while another thread freed and unmapped that
+ * memory faulted (a free racing a realloc of the same huge block, under load). Memory they give
+ * back to the OS first becomes a read-only mapping of zeros (no cookie there: "not allocated by
+ * shardmalloc"), unmapped for good at the next such free: a grace period of one unmap. Not in the
+ * memory-checker builds: a new mapping would tell the checker that a freed huge block's memory is
+ * readable again, hiding a read after free from it. */
 static _Atomic(uint64_t) unmap_pending; /* its address and size in 4 KiB units: 36 and 28 bits */
 static void os_free_after_grace(void *p, size_t size) {
   uint64_t entry = ((uint64_t)(uintptr_t)p >> 12) | ((uint64_t)(size >> 12) << 36);
