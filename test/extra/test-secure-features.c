@@ -146,7 +146,35 @@ static void *pingpong_run(void *arg) {
   return NULL;
 }
 
+/* the permissions of the mapping holding addr, per /proc/self/maps ("" if none) */
+static void addr_perms(uintptr_t addr, char perms[8]) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  perms[0] = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char pr[8];
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, pr) == 3 && addr >= lo && addr < hi) memcpy(perms, pr, 8);
+  }
+  if (f) fclose(f);
+}
+
 static int child(const char *c) {
+  if (!strcmp(c, "unmap-grace")) {
+    /* blocks above 64 MiB are unmapped at their free while no purger runs: the first one's range
+     * stays a read-only mapping of zeros until the second one goes, then it is unmapped */
+    size_t n = 80 * MiB;
+    char *a = malloc(n), *b = malloc(n);
+    memset(a, 0x5A, n);
+    free(a);
+    char perms[8];
+    addr_perms((uintptr_t)a + n / 2, perms);
+    fprintf(stderr, "child: after the first free: %s, reads %d\n", perms[0] ? perms : "unmapped", *(volatile char *)(a + n / 2));
+    free(b);
+    addr_perms((uintptr_t)a + n / 2, perms);
+    fprintf(stderr, "child: after the second free: %s\n", perms[0] ? perms : "unmapped");
+    return 0;
+  }
   if (!strcmp(c, "guard-header")) {
     char *p = malloc(32);
     uintptr_t seg = ((uintptr_t)p - 1) & ~(SEG_SIZE - 1);
@@ -702,6 +730,14 @@ int main(int argc, char **argv) {
     CHECK(child_exited(&r, 0), "expected exit 0, seen %s; output:%s", child_how(&r), child_output(&r));
     CHECK(child_says(&r, "double free of"), "expected the free reported as a double free; output:%s", child_output(&r));
     CHECK(child_says(&r, "handed out 1 times"), "expected the block handed out once; output:%s", child_output(&r));
+  }
+
+  SECTION("memory given back to the OS stays readable (zeros) until the next unmap: a late check reads no unmapped page") {
+    run_secure(&r, "unmap-grace", NULL, NULL);
+    CHECK(child_exited(&r, 0), "expected exit 0, seen %s; output:%s", child_how(&r), child_output(&r));
+    CHECK(child_says(&r, "after the first free: r--p, reads 0"), "expected a read-only mapping of zeros; output:%s", child_output(&r));
+    CHECK(child_says(&r, "after the second free: unmapped"), "expected the first range unmapped at the second free; output:%s",
+          child_output(&r));
   }
 
   SECTION("free-list order: random in the secure build, ascending in the release build") {
