@@ -101,6 +101,9 @@ static void fill_fresh(uint8_t *b, size_t size) {
 
 /* the first byte of b[from, to) that is not `fill`, or SIZE_MAX; a word at a time: the debug build
  * reads every freed block at its reuse and every block's slack at its free */
+static void report_written_after_free(const void *block, size_t block_size, size_t offset) {
+  smi_error(EFAULT, "write after free in block %p (block size %zu): byte %zu was written", block, block_size, offset);
+}
 static size_t first_unlike(const uint8_t *b, size_t from, size_t to, uint8_t fill) {
   const uint64_t words = 0x0101010101010101ull * fill;
   size_t i = from;
@@ -131,8 +134,7 @@ void smi_debug_page_release(sm_page_t *page) {
     uint8_t *block = start + i * page->block_size;
     size_t bad = check ? first_unlike(block, sizeof(sm_block_t), page->block_size, SM_FILL_FREED) : SIZE_MAX;
     if (bad != SIZE_MAX) {
-      smi_error(EFAULT, "write after free in block %p (block size %zu): byte %zu was written", (void *)block,
-                page->block_size, bad);
+      report_written_after_free(block, page->block_size, bad);
       check = false; /* one report a page */
     }
     memset(block, SM_FILL_FREED, bad == SIZE_MAX ? sizeof(sm_block_t) : page->block_size);
@@ -184,7 +186,7 @@ void *padding_finish_full(void *p, size_t size, bool zero, bool cleared) {
     smi_track_defined(block, page->block_size); /* the fill is ours to read (memory checkers) */
     size_t i = first_unlike(block, sizeof(sm_block_t), page->block_size, SM_FILL_FREED);
     if (i != SIZE_MAX)
-      smi_error(EFAULT, "write after free in block %p (block size %zu): byte %zu was written", (void *)block, page->block_size, i);
+      report_written_after_free(block, page->block_size, i);
   }
   /* after the check: it covers the link word too */
   if (zero && !cleared) memset(b, 0, size);

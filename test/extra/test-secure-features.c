@@ -38,18 +38,24 @@ static void *sym(const char *name) {
   return f;
 }
 
-/* is addr in a PROT_NONE mapping, according to /proc/self/maps? */
-static bool addr_is_guard(uintptr_t addr) {
+/* the permissions of the mapping holding addr, per /proc/self/maps ("" if none) */
+static void addr_perms(uintptr_t addr, char perms[8]) {
   FILE *f = fopen("/proc/self/maps", "r");
   char line[512];
-  bool guard = false;
+  perms[0] = 0;
   while (f && fgets(line, sizeof line, f)) {
     unsigned long lo, hi;
-    char perms[8];
-    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && addr >= lo && addr < hi) guard = strncmp(perms, "---", 3) == 0;
+    char pr[8];
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, pr) == 3 && addr >= lo && addr < hi) memcpy(perms, pr, 8);
   }
   if (f) fclose(f);
-  return guard;
+}
+
+/* is addr in a PROT_NONE mapping, according to /proc/self/maps? */
+static bool addr_is_guard(uintptr_t addr) {
+  char perms[8];
+  addr_perms(addr, perms);
+  return strncmp(perms, "---", 3) == 0;
 }
 
 static void poke(uintptr_t addr, const char *what) {
@@ -144,19 +150,6 @@ static void *pingpong_run(void *arg) {
   }
   printf("distinct: %d\n", distinct);
   return NULL;
-}
-
-/* the permissions of the mapping holding addr, per /proc/self/maps ("" if none) */
-static void addr_perms(uintptr_t addr, char perms[8]) {
-  FILE *f = fopen("/proc/self/maps", "r");
-  char line[512];
-  perms[0] = 0;
-  while (f && fgets(line, sizeof line, f)) {
-    unsigned long lo, hi;
-    char pr[8];
-    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, pr) == 3 && addr >= lo && addr < hi) memcpy(perms, pr, 8);
-  }
-  if (f) fclose(f);
 }
 
 static int child(const char *c) {
