@@ -262,8 +262,10 @@ bool smi_padding_check(const void *p, size_t block_size, bool claimed, smi_call_
   if (bad == SIZE_MAX) return true;
 #if SM_CLAIM_FREES
   /* another thread's free claimed the block while this one checked it (its debug fill reaches the
-   * slack before the canary): a double free at the same moment, not an overflow */
-  if (!claimed && smi_padding_claimed(smi_segment_page_of(smi_ptr_segment(p), p), p, usable)) {
+   * slack before the canary), or its realloc moved the block's pages away (they read as zeros
+   * now, and the segment left the map first): a double free at the same moment, not an overflow */
+  const sm_segment_t *segment = smi_ptr_segment(p);
+  if (!claimed && (smi_padding_claimed(smi_segment_page_of(segment, p), p, usable) || !smi_segment_is_registered(segment))) {
     smi_padding_report_raced(call, p, block_size);
     return false;
   }

@@ -370,12 +370,13 @@ void *smi_mem_alloc(size_t size, size_t alignment, size_t offset) {
   return p;
 }
 
-#if SM_CHECK_FREES && !SM_TRACK
+#if SM_UNMAP_GRACE
 /* The secure and debug builds read a pointer's segment map bit, then its segment header and
  * padding: a thread preempted between those reads while another thread freed and unmapped that
  * memory faulted (a free racing a realloc of the same huge block, under load). Memory they give
  * back to the OS first becomes a read-only mapping of zeros (no cookie there: "not allocated by
- * shardmalloc"), unmapped for good at the next such free: a grace period of one unmap. Not in the
+ * shardmalloc"), unmapped for good at the next such free: a grace period of one unmap. So does the
+ * range a move takes pages from (mremap keeps it, MREMAP_DONTUNMAP; a growing realloc). Not in the
  * memory-checker builds: a new mapping would tell the checker that a freed huge block's memory is
  * readable again, hiding a read after free from it. */
 static _Atomic(uint64_t) unmap_pending; /* its address and size in 4 KiB units: 36 and 28 bits */
@@ -424,8 +425,9 @@ void smi_mem_free(void *p, size_t size, size_t purged) {
 void *smi_mem_remap(void *p, size_t old_size, size_t new_size, size_t alignment) {
   if (new_size > old_size && !mem_limit_allows(new_size - old_size)) return NULL;
   if (arena_of(p) != NULL) return NULL;
-  void *q = smi_os_remap_aligned(p, old_size, new_size, alignment);
+  void *q = smi_os_remap_aligned(p, old_size, new_size, alignment, SM_UNMAP_GRACE);
   if (q == NULL) return NULL;
+  if (SM_UNMAP_GRACE && q != p) os_free_after_grace(p, old_size); /* the range its pages left */
   smi_count_add(SM_COUNT_RESERVED, (int64_t)new_size - (int64_t)old_size);
   smi_count_add(SM_COUNT_COMMITTED, (int64_t)new_size - (int64_t)old_size);
   return q;
@@ -436,7 +438,8 @@ void *smi_mem_remap(void *p, size_t old_size, size_t new_size, size_t alignment)
  * memory is not (what of it was purged, `purged` bytes, reads as zero and faults in when touched).
  * False, nothing moved, for arena or pinned memory or when the OS refuses. */
 bool smi_mem_move_into(void *p, size_t size, size_t purged, void *target) {
-  if (arena_of(p) != NULL || arena_of(target) != NULL || !smi_os_move(p, size, size, target)) return false;
+  if (arena_of(p) != NULL || arena_of(target) != NULL || !smi_os_move(p, size, size, target, SM_UNMAP_GRACE)) return false;
+  if (SM_UNMAP_GRACE) os_free_after_grace(p, size); /* the range its pages left */
   smi_count_add(SM_COUNT_RESERVED, -(int64_t)size);
   smi_count_add(SM_COUNT_COMMITTED, -(int64_t)(size - purged));
   return true;

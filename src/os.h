@@ -21,10 +21,13 @@ void smi_os_free(void *p, size_t size);
  * never fault, nothing else is placed there) until smi_os_free. False if the OS refused. */
 bool smi_os_free_keep_addresses(void *p, size_t size);
 /* Move the mapping [p, p+old_size) to a new one of new_size bytes, aligned to `alignment`,
- * without copying (page tables move); the old range is gone. NULL (and p intact) on failure. */
-void *smi_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment);
-/* move the mapping [p, p+old_size) over [target, target+new_size) (mapped by the caller), growing it */
-bool smi_os_move(void *p, size_t old_size, size_t new_size, void *target);
+ * without copying (page tables move); the old range is gone, or with keep_old (if the result is
+ * not p) still mapped and reading as zeros, for the caller to free (where the OS cannot keep it,
+ * nothing moves). NULL (and p intact) on failure. */
+void *smi_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment, bool keep_old);
+/* move the pages of [p, p+old_size) over [target, target+new_size) (mapped by the caller), as
+ * many as fit; keep_old as above */
+bool smi_os_move(void *p, size_t old_size, size_t new_size, void *target, bool keep_old);
 /* Give the physical memory of [p, p+size) back; the range stays mapped. With decommit the
  * memory reads as zero afterwards (MADV_DONTNEED), otherwise it may keep its contents until the
  * kernel reclaims it (MADV_FREE). Returns true iff the range now reads as zero. */

@@ -167,16 +167,28 @@ static void *os_mremap(void *p, size_t old_size, size_t new_size, int flags, voi
 #define os_mremap mremap
 #endif
 
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4 /* Linux 5.7; older C libraries lack the name */
+#endif
+static atomic_bool os_no_dontunmap; /* the kernel refused MREMAP_DONTUNMAP once: do not ask again */
+
 /* Move the pages of [p, p + old_size) to target, where new_size bytes are already mapped by us.
  * A growing move needs no growth by mremap then: only the old pages move, over the start of the
  * target, whose rest stays the fresh memory it was. (valgrind 3.19 marks the grown part of a
  * MREMAP_FIXED move as not addressable when the target starts right where p ends, which valgrind's
- * bottom-up placement of mappings makes common: false errors in every program.) */
-static void *os_move_into(void *p, size_t old_size, size_t new_size, void *target) {
-  return os_mremap(p, old_size, new_size < old_size ? new_size : old_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+ * bottom-up placement of mappings makes common: false errors in every program.)
+ * keep: the range the pages leave stays mapped, reading as zeros (MREMAP_DONTUNMAP), for the
+ * caller to unmap; where the kernel cannot do that, nothing moves. */
+static void *os_move_into(void *p, size_t old_size, size_t new_size, void *target, bool keep) {
+  size_t size = new_size < old_size ? new_size : old_size;
+  if (!keep) return os_mremap(p, old_size, size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+  if (atomic_load_explicit(&os_no_dontunmap, memory_order_relaxed)) return MAP_FAILED;
+  void *moved = os_mremap(p, size, size, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, target);
+  if (moved == MAP_FAILED && errno == EINVAL) atomic_store_explicit(&os_no_dontunmap, true, memory_order_relaxed);
+  return moved;
 }
 
-void *smi_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment) {
+void *smi_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t alignment, bool keep_old) {
   if (os_is_pinned(p, old_size)) return NULL; /* hugetlb: the caller copies */
   int saved = errno;
   void *result = NULL;
@@ -186,7 +198,7 @@ void *smi_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t ali
     /* reserve an aligned range, then move the pages into it (os_move_into) */
     uint8_t *target = smi_os_alloc_aligned(new_size, alignment, 0);
     if (target != NULL) {
-      void *moved = os_move_into(p, old_size, new_size, target);
+      void *moved = os_move_into(p, old_size, new_size, target, keep_old);
       if (moved == MAP_FAILED) munmap(target, new_size);
       else result = moved;
     }
@@ -195,9 +207,9 @@ void *smi_os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t ali
   return result;
 }
 
-bool smi_os_move(void *p, size_t old_size, size_t new_size, void *target) {
+bool smi_os_move(void *p, size_t old_size, size_t new_size, void *target, bool keep_old) {
   int saved = errno;
-  bool moved = os_move_into(p, old_size, new_size, target) != MAP_FAILED;
+  bool moved = os_move_into(p, old_size, new_size, target, keep_old) != MAP_FAILED;
   errno = saved;
   return moved;
 }

@@ -324,7 +324,7 @@ static void huge_fill_tail(uint8_t *tail, size_t size) {
   size_t entry_size = entry->map_size, purged = entry->purged_bytes;
 #if SM_SECURE
   size_t inner = entry_size - SM_HUGE_HEADER_SIZE - SM_GUARD_SIZE; /* <= size - SM_GUARD_SIZE */
-  smi_os_move((uint8_t *)entry + SM_HUGE_HEADER_SIZE, inner, inner, tail);
+  smi_os_move((uint8_t *)entry + SM_HUGE_HEADER_SIZE, inner, inner, tail, SM_UNMAP_GRACE);
   smi_mem_free(entry, entry_size, purged); /* what is left of it (a failed move: all of it) */
 #else
   if (!smi_mem_move_into(entry, entry_size, purged, tail)) smi_mem_free(entry, entry_size, purged);
@@ -1115,13 +1115,15 @@ static sm_heap_t *huge_unlink(sm_segment_t *segment, uint32_t *epoch) {
 #if SM_SECURE
 /* The secure build's guard pages split a huge mapping into several, and mremap moves only one at
  * a time: the block's pages move into a new reservation, the header is copied, the guards are set
- * there anew, and what is left of the old mapping (header, guards) is unmapped. */
+ * there anew, and what is left of the old mapping (header, guards) is unmapped. The range the
+ * pages leave stays mapped until then (SM_UNMAP_GRACE): a free racing this realloc reads zeros
+ * there, not a hole, and no other thread's new mapping can land in it before the unmap. */
 static sm_segment_t *huge_move_guarded(sm_segment_t *segment, size_t offset, size_t old_size, size_t map_size) {
   if (smi_arena_contains(segment) || smi_mem_is_pinned(segment)) return NULL;
   uint8_t *target = smi_mem_alloc(map_size, SM_SEGMENT_SIZE, 0);
   if (target == NULL) return NULL;
   if (smi_arena_contains(target) || !smi_os_move((uint8_t *)segment + offset, old_size - offset - SM_GUARD_SIZE,
-                                                 map_size - offset - SM_GUARD_SIZE, target + offset)) {
+                                                 map_size - offset - SM_GUARD_SIZE, target + offset, SM_UNMAP_GRACE)) {
     smi_mem_free(target, map_size, 0);
     return NULL;
   }

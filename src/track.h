@@ -70,5 +70,9 @@ static inline uintptr_t smi_track_peek_word(const void *p) { return *(const uint
 /* the secure build checks frees and writes the padding inline; the debug and memory-checker builds
  * take the full, out-of-line checks every time */
 #define SM_INLINE_CHECKS (SM_SECURE && !SM_DEBUG && !SM_TRACK)
+/* the secure and debug builds keep the addresses of memory they give back for a while (arena.c:
+ * os_free_after_grace), so a check that lost a race to the release reads zeros, not a hole; not
+ * the memory-checker builds, whose checker would take the range for readable memory again */
+#define SM_UNMAP_GRACE ((SM_SECURE || SM_DEBUG) && !SM_TRACK)
 
 #endif

@@ -51,6 +51,20 @@ __attribute__((unused)) static const char *child_output(const child_result_t *r)
 
 __attribute__((unused)) static bool child_says(const child_result_t *r, const char *text) { return strstr(r->out, text) != NULL; }
 
+/* the permissions of the mapping holding addr, per /proc/self/maps ("" if none) */
+__attribute__((unused)) static void addr_perms(uintptr_t addr, char perms[8]) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  perms[0] = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char pr[8];
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, pr) == 3 && addr >= lo && addr < hi) memcpy(perms, pr, 8);
+  }
+  if (f) fclose(f);
+}
+
+
 /* Run /proc/self/exe args... with env (NULL-terminated "NAME=value" list, added to ours; "NAME="
  * with an empty value removes NAME). Kills the child after timeout_s seconds. */
 __attribute__((unused)) static void run_child(child_result_t *r, char *const env[], char *const args[], int timeout_s) {

@@ -38,19 +38,6 @@ static void *sym(const char *name) {
   return f;
 }
 
-/* the permissions of the mapping holding addr, per /proc/self/maps ("" if none) */
-static void addr_perms(uintptr_t addr, char perms[8]) {
-  FILE *f = fopen("/proc/self/maps", "r");
-  char line[512];
-  perms[0] = 0;
-  while (f && fgets(line, sizeof line, f)) {
-    unsigned long lo, hi;
-    char pr[8];
-    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, pr) == 3 && addr >= lo && addr < hi) memcpy(perms, pr, 8);
-  }
-  if (f) fclose(f);
-}
-
 /* is addr in a PROT_NONE mapping, according to /proc/self/maps? */
 static bool addr_is_guard(uintptr_t addr) {
   char perms[8];
