@@ -27,6 +27,10 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000 /* Linux 4.17; older C libraries lack the name */
+#endif
+
 static void *do_free(void *p) {
   free(p);
   return NULL;
