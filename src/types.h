@@ -173,7 +173,7 @@ typedef struct sm_segment_s {
   _Atomic(uintptr_t) thread_id; /* owner thread's id; 0 when abandoned or huge */
   uint8_t kind;
   uint8_t in_free_queue; /* in the tld queue of segments with an unused page */
-  uint8_t purged;        /* cached segment whose memory was given back (reads as zero) */
+  uint8_t purged;        /* cached segment whose memory was given back (reads as zero): SM_PURGED_* */
   uint8_t arena_excl;    /* its memory is in an exclusive arena: that arena's id (else 0) */
   size_t purged_bytes;   /* bytes of it given back and not used since (stats: committed) */
   size_t page_shift;    /* page index = (p - segment) >> page_shift */

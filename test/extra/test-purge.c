@@ -61,6 +61,9 @@
  *   span-rest      SHARDMALLOC_PURGE_DELAY=100: a 200 KiB block takes the first slots of a freed
  *                  1 MiB block's span, which waits to be purged: the rest of the span is still
  *                  purged after the delay;
+ *   cache-quiet    SHARDMALLOC_PURGE_DELAY=60000: one thread frees four 40 MiB blocks (cached
+ *                  for reuse) and makes no call: at most 16 MiB of them stays resident; then
+ *                  3 x 24 MiB freed and taken again in rounds: the later rounds fault nothing;
  *   cached-reuse   SHARDMALLOC_PURGE_DELAY=100: a resident cached segment (a freed 3 MiB block)
  *                  taken for a few small blocks: the pages those do not use are purged after the
  *                  delay like any other unused page;
@@ -1161,6 +1164,55 @@ static void case_resident_first(void) {
   }
 }
 
+/* ---------------------------------------------------------------- cache-quiet */
+/* One thread frees huge blocks that the segment cache keeps for reuse (64 MiB or less each) and
+ * then makes no call: with no purger, resident cached memory beyond 16 MiB is purged at the free
+ * (segment.c, SM_CACHE_LONE_MAX); until 2026-11-28 four freed 40 MiB blocks all stayed. */
+static void case_cache_quiet(void) {
+  SECTION("one thread frees four 40 MiB blocks and goes quiet: at most 16 MiB of them stays cached") {
+    enum { N = 4 };
+    size_t base = rss_now();
+    void *blocks[N];
+    for (int i = 0; i < N; i++) {
+      blocks[i] = malloc(40 * MiB);
+      if (blocks[i] == NULL) abort();
+      memset(blocks[i], 0x44, 40 * MiB);
+    }
+    size_t peak = rss_now() - base;
+    for (int i = 0; i < N; i++) free(blocks[i]);
+    sleep_ms(100); /* no call: only a purger could act now */
+    size_t r = rss_now(), later = r > base ? r - base : 0;
+    printf("      heap RSS: peak %zu MiB; 100 ms after the frees %.1f MiB\n", peak / MiB, (double)later / (double)MiB);
+    CHECK(peak >= 150 * MiB, "expected the peak to hold 160 MiB, seen %zu MiB", peak / MiB);
+    CHECK(later < 20 * MiB, "expected at most 16 MiB (and a few pages) to stay cached, seen %.1f MiB", (double)later / (double)MiB);
+  }
+  SECTION("the same blocks freed and taken again in rounds: the bound stops costing page faults") {
+    enum { N = 3, ROUNDS = 6 };
+    long faults[ROUNDS];
+    for (int round = 0; round < ROUNDS; round++) {
+      void *blocks[N];
+      long before = minor_faults();
+      for (int i = 0; i < N; i++) {
+        blocks[i] = malloc(24 * MiB);
+        if (blocks[i] == NULL) abort();
+        memset(blocks[i], 0x45 + round, 24 * MiB);
+      }
+      faults[round] = minor_faults() - before;
+      for (int i = 0; i < N; i++) free(blocks[i]);
+    }
+    printf("      page faults of 3 x 24 MiB a round:");
+    for (int round = 0; round < ROUNDS; round++) printf(" %ld", faults[round]);
+    printf("\n");
+    /* memory purged by the bound and taken again within the purge delay (60 s here) raises the
+     * slack by its size: without it, every round would fault in what the bound purged (two of
+     * the three blocks, 12,000 pages) */
+    long pages = N * 24 * MiB / 4096;
+    for (int round = 2; round < ROUNDS; round++)
+      CHECK(faults[round] < pages / 8, "expected round %d to reuse resident memory (under %ld faults), seen %ld", round,
+            pages / 8, faults[round]);
+  }
+}
+
 /* ---------------------------------------------------------------- fullest-first */
 static uintptr_t slot_of(const void *p) { return (uintptr_t)p & ~(uintptr_t)(64 * KiB - 1); }
 
@@ -1674,7 +1726,7 @@ static void case_fork_orphans(void) {
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|lone|join-tls|cancel|cancel-exit|fork-live|huge-realloc|prefault|adaptive|kind-switch|burst-quiet|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans|mlock-calloc\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|lone|join-tls|cancel|cancel-exit|fork-live|huge-realloc|prefault|adaptive|kind-switch|burst-quiet|cache-quiet|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans|mlock-calloc\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -1702,6 +1754,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "adaptive")) case_adaptive();
   else if (!strcmp(c, "kind-switch")) case_kind_switch();
   else if (!strcmp(c, "burst-quiet")) case_burst_quiet();
+  else if (!strcmp(c, "cache-quiet")) case_cache_quiet();
   else if (!strcmp(c, "exchange")) case_exchange();
   else if (!strcmp(c, "exchange-cycle")) case_exchange_cycle();
   else if (!strcmp(c, "cached-reuse")) case_cached_reuse();
