@@ -211,8 +211,9 @@ void smi_heap_collect_idle(sm_heap_t *heap) {
   smi_segments_purge_expired(heap->tld, false);
 }
 
-/* Collect every page; empty ones go back to their segments. */
-static void heap_collect_pages(sm_heap_t *heap) {
+/* Collect every page; empty ones go back to their segments (with force, the insides of the others'
+ * free blocks go back to the OS too). */
+static void heap_collect_pages(sm_heap_t *heap, bool force) {
   smi_heap_delayed_free(heap);
   smi_heap_retired_collect(heap, true);
   for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) {
@@ -221,7 +222,10 @@ static void heap_collect_pages(sm_heap_t *heap) {
       sm_page_t *next = page->next;
       smi_page_collect(page);
       if (page->used == 0) smi_page_free_empty(heap, page);
-      else if (page->flags.x.in_full && page->free != NULL) smi_page_unfull(page);
+      else {
+        if (page->flags.x.in_full && page->free != NULL) smi_page_unfull(page);
+        if (force) smi_page_purge_free_blocks(page);
+      }
       page = next;
     }
   }
@@ -230,7 +234,7 @@ static void heap_collect_pages(sm_heap_t *heap) {
 /* Collect every page and give back all unused memory now. With force, a thread's heap also
  * adopts abandoned segments so that empty ones are released. */
 void smi_heap_collect(sm_heap_t *heap, bool force) {
-  heap_collect_pages(heap);
+  heap_collect_pages(heap, force);
   if (force && heap->kind == SM_HEAP_THREAD) {
     /* adopt every abandoned segment (a bounded number of rounds), so empty ones are released */
     for (int round = 0; round < 64 && smi_segments_abandoned_any(); round++) {
@@ -255,7 +259,7 @@ void smi_heap_abandon(sm_heap_t *heap) {
   }
   /* no remote thread can push onto our delayed list any more: drain what arrived meanwhile */
   smi_heap_delayed_free(heap);
-  heap_collect_pages(heap); /* memory is given back on its schedule, not at once (segment.c) */
+  heap_collect_pages(heap, false); /* memory is given back on its schedule, not at once (segment.c) */
   /* counted by this heap up to here; from now on by whoever has the pages (after the collection:
    * the empty pages it gave back were counted then, a walk of their lists each) */
   smi_stats_heap_sync(heap);

@@ -279,6 +279,7 @@ void smi_page_shuffle_init(uint64_t seed); /* process start: the orders new bloc
 #endif
 void smi_page_collect(sm_page_t *page);
 void smi_page_collect_remote(sm_page_t *page);
+void smi_page_purge_free_blocks(sm_page_t *page);
 void smi_page_retire(sm_page_t *page);
 bool smi_page_retire_keep(sm_heap_t *heap, sm_page_t *page);
 void smi_page_unfull(sm_page_t *page);

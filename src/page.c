@@ -342,6 +342,33 @@ void smi_page_collect(sm_page_t *page) {
     page_refill_with(page, page->local_free, page->capacity - page->used);
 }
 
+/* sm_collect(true): the page keeps live blocks, but the whole OS pages inside its free blocks go
+ * back too, as glibc's malloc_trim gives back those inside free chunks. A free block keeps only
+ * the OS page that holds its link (its first word; its last in the secure build), so it is
+ * for blocks larger than an OS page: four freed 32 KiB blocks of every five stayed resident for
+ * as long as the fifth lived (`test-purge collect-blocks`). Memory read after this is zero, which
+ * free_is_zero allows. Not in the debug build, whose freed blocks keep the fill that malloc
+ * checks. The caller holds the page's heap (its owner, or its lock for a locked part) and has
+ * collected the other threads' frees. */
+void smi_page_purge_free_blocks(sm_page_t *page) {
+#if SM_DEBUG
+  (void)page;
+#else
+  size_t bsize = page->block_size;
+  if (bsize <= smi_os_page_size() || smi_mem_is_pinned(smi_page_segment(page))) return;
+  bool decommit = smi_option(sm_option_purge_decommits) != 0;
+  sm_block_t *lists[2] = {page->free, page->local_free};
+  for (int i = 0; i < 2; i++) {
+    for (sm_block_t *b = lists[i]; b != NULL; b = smi_list_next(page, b)) {
+      uintptr_t start = (uintptr_t)b, end = start + bsize;
+      if (SM_LINK_AT_END) end -= sizeof(sm_block_t);
+      else start += sizeof(sm_block_t);
+      smi_os_purge((void *)start, end - start, decommit); /* whole OS pages only */
+    }
+  }
+#endif
+}
+
 #if !SM_CHECK_FREES
 /* The release build's refill, when `free` ran out: the longer of local_free and the other
  * threads' list becomes `free`, as it is; the other waits for the next refill (the longer one, so

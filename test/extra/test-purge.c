@@ -64,6 +64,8 @@
  *   cache-quiet    SHARDMALLOC_PURGE_DELAY=60000: one thread frees four 40 MiB blocks (cached
  *                  for reuse) and makes no call: at most 16 MiB of them stays resident; then
  *                  3 x 24 MiB freed and taken again in rounds: the later rounds fault nothing;
+ *   collect-blocks 1,024 blocks of 32 KiB, one in eight kept: sm_collect(true) gives back the
+ *                  insides of the free ones (each keeps its link's OS page), live ones intact;
  *   cached-reuse   SHARDMALLOC_PURGE_DELAY=100: a resident cached segment (a freed 3 MiB block)
  *                  taken for a few small blocks: the pages those do not use are purged after the
  *                  delay like any other unused page;
@@ -1213,6 +1215,56 @@ static void case_cache_quiet(void) {
   }
 }
 
+/* ---------------------------------------------------------------- collect-blocks */
+/* sm_collect(true) gives back the whole OS pages inside free blocks of pages that still hold a
+ * live block (page.c, smi_page_purge_free_blocks); until 2026-11-28 they stayed resident. Run with
+ * the release and the secure library (whose free blocks keep their link in their last word). */
+static void case_collect_blocks(void) {
+  SECTION("sm_collect(true) gives back the insides of free 32 KiB blocks next to live ones") {
+    enum { BLOCK = 32 * 1024, N = 1024, KEEP_EVERY = 8 };
+    uint8_t **blocks = map_array(N * sizeof(void *));
+    size_t base = rss_now();
+    for (int i = 0; i < N; i++) {
+      blocks[i] = malloc(BLOCK);
+      if (blocks[i] == NULL) abort();
+      memset(blocks[i], (uint8_t)i, BLOCK);
+    }
+    for (int i = 0; i < N; i++) {
+      if (i % KEEP_EVERY != 0) free(blocks[i]), blocks[i] = NULL; /* one block in eight lives on */
+    }
+    size_t r = rss_now(), freed = r > base ? r - base : 0;
+    sm_collect(true);
+    r = rss_now();
+    size_t collected = r > base ? r - base : 0, live = N / KEEP_EVERY * (size_t)BLOCK;
+    printf("      %d blocks of 32 KiB, 1 in %d kept (%zu MiB): %.1f MiB resident after the frees, %.1f MiB after sm_collect(true)\n",
+           N, KEEP_EVERY, live / MiB, (double)freed / (double)MiB, (double)collected / (double)MiB);
+    CHECK(freed >= 24 * MiB, "expected the freed blocks to stay resident in pages with a live block, seen %.1f MiB",
+          (double)freed / (double)MiB);
+    /* what stays: the live blocks, and one OS page (the link) of each free block */
+    CHECK(collected < live + 8 * MiB, "expected at most %zu MiB after sm_collect(true), seen %.1f MiB",
+          (live + 8 * MiB) / MiB, (double)collected / (double)MiB);
+    size_t bad = 0;
+    for (int i = 0; i < N; i += KEEP_EVERY) {
+      for (size_t k = 0; k < BLOCK; k += 512) bad += blocks[i][k] != (uint8_t)i;
+    }
+    CHECK(bad == 0, "expected the live blocks intact, seen %zu damaged bytes", bad);
+    /* the free blocks are handed out again and hold what is written */
+    for (int i = 0; i < N; i++) {
+      if (blocks[i] != NULL) continue;
+      blocks[i] = malloc(BLOCK);
+      if (blocks[i] == NULL) abort();
+      memset(blocks[i], (uint8_t)(i + 1), BLOCK);
+    }
+    for (int i = 0; i < N; i++) {
+      uint8_t want = (uint8_t)(i % KEEP_EVERY == 0 ? i : i + 1);
+      for (size_t k = 0; k < BLOCK; k += 512) bad += blocks[i][k] != want;
+      free(blocks[i]);
+    }
+    CHECK(bad == 0, "expected every block to hold what was written after the collect, seen %zu damaged bytes", bad);
+    munmap(blocks, N * sizeof(void *));
+  }
+}
+
 /* ---------------------------------------------------------------- fullest-first */
 static uintptr_t slot_of(const void *p) { return (uintptr_t)p & ~(uintptr_t)(64 * KiB - 1); }
 
@@ -1726,7 +1778,7 @@ static void case_fork_orphans(void) {
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|lone|join-tls|cancel|cancel-exit|fork-live|huge-realloc|prefault|adaptive|kind-switch|burst-quiet|cache-quiet|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans|mlock-calloc\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|lone|join-tls|cancel|cancel-exit|fork-live|huge-realloc|prefault|adaptive|kind-switch|burst-quiet|cache-quiet|collect-blocks|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans|mlock-calloc\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -1755,6 +1807,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "kind-switch")) case_kind_switch();
   else if (!strcmp(c, "burst-quiet")) case_burst_quiet();
   else if (!strcmp(c, "cache-quiet")) case_cache_quiet();
+  else if (!strcmp(c, "collect-blocks")) case_collect_blocks();
   else if (!strcmp(c, "exchange")) case_exchange();
   else if (!strcmp(c, "exchange-cycle")) case_exchange_cycle();
   else if (!strcmp(c, "cached-reuse")) case_cached_reuse();
