@@ -343,11 +343,11 @@ void smi_page_collect(sm_page_t *page) {
 }
 
 /* sm_collect(true): the page keeps live blocks, but the whole OS pages inside its free blocks go
- * back too, as glibc's malloc_trim gives back those inside free chunks. A free block keeps only
- * the OS page that holds its link (its first word; its last in the secure build), so it is
- * for blocks larger than an OS page: four freed 32 KiB blocks of every five stayed resident for
- * as long as the fifth lived (`test-purge collect-blocks`). Memory read after this is zero, which
- * free_is_zero allows. Not in the debug build, whose freed blocks keep the fill that malloc
+ * back too, as glibc's malloc_trim gives back those inside free chunks: seven freed 32 KiB blocks
+ * of every eight stayed resident for as long as the eighth lived (`test-purge collect-blocks`).
+ * A free block keeps the OS page that holds its link (its first word; its last in the secure
+ * build), so only blocks larger than an OS page have any to give. Memory read after this is
+ * zero, which free_is_zero allows. Not in the debug build, whose freed blocks keep the fill that malloc
  * checks. The caller holds the page's heap (its owner, or its lock for a locked part) and has
  * collected the other threads' frees. */
 void smi_page_purge_free_blocks(sm_page_t *page) {

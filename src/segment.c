@@ -436,8 +436,8 @@ static void cache_slack_add(size_t bytes) {
 }
 
 /* A cached segment was taken: one purged early, before its deadline, is needed again */
-static void segment_cache_note_taken(const sm_segment_t *segment, uint64_t now) {
-  if (segment->purged == SM_PURGED_EXCHANGED && now < segment->purge_at) cache_slack_add(segment->map_size);
+static void segment_cache_note_taken(const sm_segment_t *segment) {
+  if (segment->purged == SM_PURGED_EXCHANGED && smi_os_now_ms() < segment->purge_at) cache_slack_add(segment->map_size);
 }
 
 /* Fresh memory (`bytes`) is about to be faulted in where the cache could not serve: within a
@@ -813,7 +813,7 @@ static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
   if (cached) {
     zero = segment->purged;
     cached_until = segment->purge_at;
-    segment_cache_note_taken(segment, tld_now(tld));
+    segment_cache_note_taken(segment);
     if (segment->purged == SM_PURGED_DUE && segment->cached_by != heap->thread_id)
       rhythm_note_reuse(&cache_rhythm, cached_until, tld_now(tld));
     smi_mem_unpurged(segment->purged_bytes); /* its header is rewritten below */
@@ -1151,7 +1151,7 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
     segment = segment_cache_pop(units, units, SIZE_MAX);
     if (segment != NULL) {
       mem_zero = segment->purged;
-      segment_cache_note_taken(segment, smi_os_now_ms());
+      segment_cache_note_taken(segment);
       smi_mem_unpurged(segment->purged_bytes);
       if (segment->map_size > map_size) segment_cache_split(segment, map_size);
     }
