@@ -48,6 +48,9 @@ def summarize(meta, allocs, wls, runs, ref):
                 e.update(value=statistics.median(vals), value_min=min(vals), value_max=max(vals),
                          rss_kb=statistics.median(rss), rss_min=min(rss), rss_max=max(rss))
                 e["time"] = e["value"] if w["metric"] == "time" else 1.0 / e["value"]
+                # each repetition runs every allocator once, interleaved: losses() pairs them
+                e["by_rep"] = {str(r["rep"]): [r["value"] if w["metric"] == "time" else 1.0 / r["value"], r["rss_kb"]]
+                               for r in ok}
             per[a] = e
         base = per.get(ref)
         for a, e in per.items():
@@ -169,14 +172,29 @@ def ratio_table(data, key):
     return table(heads, rows)
 
 
+def at_or_below(data, a, key):
+    """(k, n): on k of the n main workloads both ran, the reference's median time or peak RSS is at or
+    below allocator a's"""
+    ref, k, n = data["reference"], 0, 0
+    for w in main_workloads(data):
+        s, e = data["summary"][w["name"]].get(ref), data["summary"][w["name"]].get(a)
+        if not (s and e and s["status"] == "ok" and e["status"] == "ok" and "time" in s and "time" in e):
+            continue
+        n += 1
+        k += s[key] <= e[key]
+    return k, n
+
+
 def summary_table(data):
     ref = data["reference"]
     rows = []
     for a in data["order"]:
         g = data["geomean"][a]
-        rows.append([("**%s**" % a) if a == ref else a, fmt_ratio(g["time"]), fmt_ratio(g["rss"]), g["n"],
-                     g["failures"] or ""])
+        cmp = ["", ""] if a == ref else ["%d of %d" % at_or_below(data, a, "time"), "%d of %d" % at_or_below(data, a, "rss_kb")]
+        rows.append([("**%s**" % a) if a == ref else a, fmt_ratio(g["time"]), fmt_ratio(g["rss"])] + cmp +
+                    [g["n"], g["failures"] or ""])
     return table(["allocator", "time vs %s (geo. mean)" % ref, "peak RSS vs %s (geo. mean)" % ref,
+                  "%s as fast or faster on" % ref, "%s's peak RSS at or below on" % ref,
                   "workloads compared", "failed workloads"], rows)
 
 
@@ -474,8 +492,22 @@ def memtime_md(data, charts, prefix=""):
     return "\n\n".join(parts)
 
 
+def worse_in(s, e, kind):
+    """(k, n): in k of the n repetitions both ran, s was worse than e on kind ("time" or "rss"):
+    a loss in every repetition is the allocators' difference, one in some of them the run's spread"""
+    i = 0 if kind == "time" else 1
+    a, b = s.get("by_rep") or {}, e.get("by_rep") or {}
+    reps = [r for r in a if r in b]
+    return sum(1 for r in reps if a[r][i] > b[r][i]), len(reps)
+
+
+def fmt_worse_in(kn):
+    return "%d of %d" % kn if kn[1] else "–"
+
+
 def losses(data):
-    """(workload, peer, kind, shard value, peer value, how much worse) where shardmalloc loses."""
+    """(workload, peer, kind, shard value, peer value, how much worse, (repetitions worse, of)) where
+    shardmalloc loses."""
     ref = data["reference"]
     if not ref.startswith("shardmalloc"):
         return []
@@ -493,9 +525,9 @@ def losses(data):
                 continue
             # the memory-over-time workloads mostly sleep: their time says nothing
             if w["group"] != "memtime" and s["time"] > e["time"] * (1 + LOSS_TIME):
-                out.append((w, a, "time", s, e, s["time"] / e["time"] - 1))
+                out.append((w, a, "time", s, e, s["time"] / e["time"] - 1, worse_in(s, e, "time")))
             if e["rss_kb"] and s["rss_kb"] > e["rss_kb"] * (1 + LOSS_RSS):
-                out.append((w, a, "rss", s, e, s["rss_kb"] / e["rss_kb"] - 1))
+                out.append((w, a, "rss", s, e, s["rss_kb"] / e["rss_kb"] - 1, worse_in(s, e, "rss")))
     return out
 
 
@@ -507,12 +539,17 @@ def losses_md(data):
     if not ls:
         return "None: shardmalloc is within 3% on time and 10% on peak RSS of every peer on every workload."
     rows = []
-    for w, a, kind, s, e, d in ls:
+    for w, a, kind, s, e, d, kn in ls:
         if kind == "time":
-            rows.append([wlabel(w, data), a, "time", fmt_val(s["value"], w), fmt_val(e["value"], w), "+%.1f%%" % (100 * d)])
+            rows.append([wlabel(w, data), a, "time", fmt_val(s["value"], w), fmt_val(e["value"], w), "+%.1f%%" % (100 * d),
+                         fmt_worse_in(kn)])
         else:
-            rows.append([wlabel(w, data), a, "peak RSS", fmt_mib(s["rss_kb"]), fmt_mib(e["rss_kb"]), "+%.1f%%" % (100 * d)])
-    return table(["workload", "peer", "what", ref, "peer", "%s worse by" % ref], rows)
+            rows.append([wlabel(w, data), a, "peak RSS", fmt_mib(s["rss_kb"]), fmt_mib(e["rss_kb"]), "+%.1f%%" % (100 * d),
+                         fmt_worse_in(kn)])
+    return (table(["workload", "peer", "what", ref, "peer", "%s worse by" % ref, "worse in repetitions"], rows) +
+            "\n\nMedians. *Worse in repetitions*: each repetition runs every allocator once, one after the other, "
+            "and counts where %s was the worse of the two; a loss in fewer than all of them is within the "
+            "run-to-run spread of this machine." % ref)
 
 
 def failures_md(data):
@@ -649,7 +686,9 @@ def console_summary(data):
             for a, e in m["per"].items()))
     ls = losses(data)
     if ls:
-        lines.append("%s loses (>3%% time / >10%% RSS) in %d (workload, peer) pairs; see the report" % (ref, len(ls)))
+        firm = sum(1 for x in ls if x[6][1] and x[6][0] == x[6][1])
+        lines.append("%s loses (>3%% time / >10%% RSS) in %d (workload, peer) pairs, %d of them in every repetition; "
+                     "see the report" % (ref, len(ls), firm))
     return "\n".join(lines)
 
 
