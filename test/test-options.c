@@ -605,6 +605,11 @@ static int run_check(const char *script, const char *lib, const char *cc, const 
     rc = run_argv(argv2, env);
     CHECK(rc == 0, "exit %d, output:\n%s", rc, out);
     CHECK_LINE("malloc is shardmalloc's", "/true");
+    char *argv3[] = {"/bin/bash", (char *)script, "--help", NULL};
+    rc = run_argv(argv3, env);
+    CHECK(rc == 0, "--help: expected exit 0, seen %d, output:\n%s", rc, out);
+    CHECK_LINE("usage: shardmalloc-run", "--debug");
+    CHECK_LINE("Run any program on shardmalloc", "preloads it");
   }
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
