@@ -415,6 +415,12 @@ def python_n(ctx):
     return sc(ctx, 60_000, 5000)
 
 
+def perl_check(ctx, out, err):
+    if not re.search(r"^CHECK [0-9a-f]{16}$", out, re.M):
+        return "perl script printed no CHECK line"
+    return None
+
+
 def python_check(ctx, out, err):
     if not re.search(r"^CHECK [0-9a-f]{16}$", out, re.M):
         return "python script printed no CHECK line"
@@ -516,6 +522,11 @@ def all_workloads(ctx, threads):
                  lambda ctx: ["/usr/bin/python3", os.path.join(HERE, "programs", "pyalloc.py"), str(python_n(ctx))],
                  env={"PYTHONMALLOC": "malloc", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"},
                  check=python_check, quick=True, needs=("python3",)),
+        Workload("perl", "real",
+                 "perl (Debian, which uses the C library's malloc) running an allocation-heavy script: a hash of records churned in rounds, a sorted index, strings joined and split, a word count and a queue of short-lived arrays",
+                 lambda ctx: ["/usr/bin/perl", os.path.join(HERE, "programs", "plalloc.pl"), str(sc(ctx, 150_000, 5000))],
+                 env={"PERL_HASH_SEED": "0", "PERL_PERTURB_KEYS": "0"},
+                 check=perl_check, needs=("perl",)),
         Workload("sqlite", "real",
                  "sqlite3 (Debian) on an in-memory database: insert 300k rows, build indexes, group, sort, update, delete, join and concatenate; answers checked",
                  lambda ctx: ["sqlite3", "-batch", ":memory:"], stdin=sqlite_script, check=sqlite_check,
