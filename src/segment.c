@@ -390,6 +390,37 @@ static bool cache_purge(sm_segment_t *segment) {
   return true;
 }
 
+/* A cached mapping (taken out of the cache) ends at `keep`, a segment boundary; the part past it
+ * becomes a mapping of its own, returned while it is resident (the caller caches or frees it), or
+ * given back to the OS at once (NULL). */
+static sm_segment_t *cache_split_tail(sm_segment_t *segment, size_t keep) {
+  sm_segment_t *tail = (sm_segment_t *)((uint8_t *)segment + keep);
+  size_t tail_size = segment->map_size - keep;
+  bool resident = !segment->purged;
+  uint64_t purge_at = segment->purge_at;
+  uintptr_t cached_by = segment->cached_by;
+  segment->map_size = keep;
+#if SM_SECURE
+  smi_os_protect((uint8_t *)segment + keep - SM_GUARD_SIZE, SM_GUARD_SIZE); /* the block's end guard */
+#endif
+  if (!resident) {
+    smi_mem_free(tail, tail_size, 0);
+    return NULL;
+  }
+  smi_track_undefined(tail, sizeof(*tail)); /* its header overlays the freed block (memory checkers) */
+  memset(tail, 0, sizeof(*tail));
+  tail->kind = SM_SEGMENT_HUGE;
+  tail->map_start = (uint8_t *)tail;
+  tail->size = tail->map_size = tail_size;
+  tail->purge_at = purge_at;
+  tail->cached_by = cached_by;
+  segment_map_set(tail, true); /* cached segments stay registered, as a segment taken from here expects */
+#if SM_SECURE
+  smi_os_protect((uint8_t *)tail + SM_SECURE_HEADER_SIZE, SM_GUARD_SIZE); /* the tail's header guard */
+#endif
+  return tail;
+}
+
 /* No purger runs and the cache holds more resident memory than SM_CACHE_LONE_MAX plus the slack:
  * purge its oldest resident entries (the earliest deadlines) down to that, marked as purged
  * early with their deadline kept (segment_cache_note_taken). */
@@ -410,6 +441,15 @@ static void cache_trim_lone(uint64_t now) {
   for (size_t i = 0; i < n; i++) {
     sm_segment_t *segment = taken[i];
     if (resident > keep) {
+      /* an entry larger than the excess (a cached huge block) keeps what is under the bound: only
+       * its end, in whole segments, is split off and purged (`large` purged 36 MiB for 16 over) */
+      size_t over = smi_align_up(resident - keep, SM_SEGMENT_SIZE), bytes = cache_resident_bytes(segment);
+      if (over < bytes && segment->purged_bytes == 0 && segment->map_start == (uint8_t *)segment) {
+        sm_segment_t *tail = cache_split_tail(segment, segment->map_size - over);
+        if (!segment_cache_push(segment)) segment_os_free(segment);
+        if (tail == NULL) continue; /* (not for a resident entry: its tail is resident too) */
+        segment = tail;
+      }
       resident -= cache_resident_bytes(segment);
       if (!cache_purge(segment)) {
         segment_os_free(segment);
@@ -769,31 +809,8 @@ static void segment_init_header(sm_segment_t *segment, sm_segment_kind_t kind, s
 /* A cached mapping larger than a huge block needs: the part past `keep` (a segment boundary)
  * becomes a cache entry of its own, its memory still resident, or goes back to the OS. */
 static void segment_cache_split(sm_segment_t *segment, size_t keep) {
-  sm_segment_t *tail = (sm_segment_t *)((uint8_t *)segment + keep);
-  size_t tail_size = segment->map_size - keep;
-  bool resident = !segment->purged;
-  uint64_t purge_at = segment->purge_at;
-  uintptr_t cached_by = segment->cached_by;
-  segment->map_size = keep;
-#if SM_SECURE
-  smi_os_protect((uint8_t *)segment + keep - SM_GUARD_SIZE, SM_GUARD_SIZE); /* the block's end guard */
-#endif
-  if (!resident) {
-    smi_mem_free(tail, tail_size, 0);
-    return;
-  }
-  smi_track_undefined(tail, sizeof(*tail)); /* its header overlays the freed block (memory checkers) */
-  memset(tail, 0, sizeof(*tail));
-  tail->kind = SM_SEGMENT_HUGE;
-  tail->map_start = (uint8_t *)tail;
-  tail->size = tail->map_size = tail_size;
-  tail->purge_at = purge_at;
-  tail->cached_by = cached_by;
-  segment_map_set(tail, true); /* cached segments stay registered, as a segment taken from here expects */
-#if SM_SECURE
-  smi_os_protect((uint8_t *)tail + SM_SECURE_HEADER_SIZE, SM_GUARD_SIZE); /* the tail's header guard */
-#endif
-  if (!segment_cache_push(tail)) smi_mem_free(tail, tail_size, 0);
+  sm_segment_t *tail = cache_split_tail(segment, keep);
+  if (tail != NULL && !segment_cache_push(tail)) smi_mem_free(tail, tail->map_size, 0);
 }
 
 static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {

@@ -64,6 +64,10 @@
  *   cache-quiet    SHARDMALLOC_PURGE_DELAY=60000: one thread frees four 40 MiB blocks (cached
  *                  for reuse) and makes no call: at most 16 MiB of them stays resident; then
  *                  3 x 24 MiB freed and taken again in rounds: the later rounds fault nothing;
+ *   cache-trim-split SHARDMALLOC_PURGE_DELAY=60000: one freed 48 MiB block, over the 16 MiB
+ *                  bound: only the end of its cached mapping is split off and purged, about 16
+ *                  MiB stays resident; blocks taken from both parts afterwards read as they must
+ *                  (calloc zeros, contents kept);
  *   collect-blocks 1,024 blocks of 32 KiB, one in eight kept: sm_collect(true) gives back the
  *                  insides of the free ones (each keeps its link's OS page), live ones intact;
  *   cached-reuse   SHARDMALLOC_PURGE_DELAY=100: a resident cached segment (a freed 3 MiB block)
@@ -1215,6 +1219,52 @@ static void case_cache_quiet(void) {
   }
 }
 
+/* ---------------------------------------------------------------- cache-trim-split */
+/* The lone bound trims a cached huge mapping larger than the excess by splitting it (segment.c,
+ * cache_trim_lone): the head stays resident, the tail is purged and cached as purged early. Until
+ * 2026-11-28 the whole mapping was purged. What matters beyond the resident figure: memory from
+ * the purged tail may be handed out as zeros, memory from the resident head must not be. */
+static int all_bytes(const uint8_t *p, size_t n, uint8_t v) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != v) return 0;
+  return 1;
+}
+
+static void case_cache_trim_split(void) {
+  SECTION("a freed 48 MiB block over the bound: its mapping's end is purged, about 16 MiB stays") {
+    size_t base = rss_now();
+    uint8_t *big = malloc(48 * MiB);
+    if (big == NULL) abort();
+    memset(big, 0x46, 48 * MiB);
+    free(big);
+    sleep_ms(50);
+    size_t r = rss_now(), later = r > base ? r - base : 0;
+    printf("      heap RSS 50 ms after the free: %.1f MiB\n", (double)later / (double)MiB);
+    CHECK(later < 20 * MiB, "expected at most 16 MiB (and a few pages) to stay cached, seen %.1f MiB",
+          (double)later / (double)MiB);
+    CHECK(later > 8 * MiB, "expected the mapping's start (up to 16 MiB) to stay resident, seen %.1f MiB",
+          (double)later / (double)MiB);
+  }
+  SECTION("blocks from the purged end and the resident start read as they must") {
+    enum { N = 6 };
+    uint8_t *b[N];
+    for (int i = 0; i < N; i++) { /* 6 x 7 MiB: both parts of the split mapping, and fresh memory */
+      b[i] = i % 2 ? calloc(1, 7 * MiB) : malloc(7 * MiB);
+      if (b[i] == NULL) abort();
+      if (i % 2) CHECK(all_bytes(b[i], 7 * MiB, 0), "calloc'ed block %d: expected zeros throughout", i);
+      memset(b[i], 0x50 + i, 7 * MiB);
+    }
+    for (int i = 0; i < N; i++) {
+      CHECK(all_bytes(b[i], 7 * MiB, (uint8_t)(0x50 + i)), "block %d: expected its own fill throughout", i);
+      free(b[i]);
+    }
+    uint8_t *z = calloc(1, 40 * MiB);
+    if (z == NULL) abort();
+    CHECK(all_bytes(z, 40 * MiB, 0), "calloc(40 MiB) after the frees: expected zeros throughout");
+    free(z);
+  }
+}
+
 /* ---------------------------------------------------------------- collect-blocks */
 /* sm_collect(true) gives back the whole OS pages inside free blocks of pages that still hold a
  * live block (page.c, smi_page_purge_free_blocks); until 2026-11-28 they stayed resident. Run with
@@ -1778,7 +1828,7 @@ static void case_fork_orphans(void) {
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|lone|join-tls|cancel|cancel-exit|fork-live|huge-realloc|prefault|adaptive|kind-switch|burst-quiet|cache-quiet|collect-blocks|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans|mlock-calloc\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|lone|join-tls|cancel|cancel-exit|fork-live|huge-realloc|prefault|adaptive|kind-switch|burst-quiet|cache-quiet|cache-trim-split|collect-blocks|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans|mlock-calloc\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -1807,6 +1857,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "kind-switch")) case_kind_switch();
   else if (!strcmp(c, "burst-quiet")) case_burst_quiet();
   else if (!strcmp(c, "cache-quiet")) case_cache_quiet();
+  else if (!strcmp(c, "cache-trim-split")) case_cache_trim_split();
   else if (!strcmp(c, "collect-blocks")) case_collect_blocks();
   else if (!strcmp(c, "exchange")) case_exchange();
   else if (!strcmp(c, "exchange-cycle")) case_exchange_cycle();
