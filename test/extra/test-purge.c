@@ -1224,12 +1224,6 @@ static void case_cache_quiet(void) {
  * cache_trim_lone): the head stays resident, the tail is purged and cached as purged early. Until
  * 2026-11-28 the whole mapping was purged. What matters beyond the resident figure: memory from
  * the purged tail may be handed out as zeros, memory from the resident head must not be. */
-static int all_bytes(const uint8_t *p, size_t n, uint8_t v) {
-  for (size_t i = 0; i < n; i++)
-    if (p[i] != v) return 0;
-  return 1;
-}
-
 static void case_cache_trim_split(void) {
   SECTION("a freed 48 MiB block over the bound: its mapping's end is purged, about 16 MiB stays") {
     size_t base = rss_now();
@@ -1246,21 +1240,21 @@ static void case_cache_trim_split(void) {
           (double)later / (double)MiB);
   }
   SECTION("blocks from the purged end and the resident start read as they must") {
-    enum { N = 6 };
-    uint8_t *b[N];
-    for (int i = 0; i < N; i++) { /* 6 x 7 MiB: both parts of the split mapping, and fresh memory */
-      b[i] = i % 2 ? calloc(1, 7 * MiB) : malloc(7 * MiB);
-      if (b[i] == NULL) abort();
-      if (i % 2) CHECK(all_bytes(b[i], 7 * MiB, 0), "calloc'ed block %d: expected zeros throughout", i);
-      memset(b[i], 0x50 + i, 7 * MiB);
-    }
-    for (int i = 0; i < N; i++) {
-      CHECK(all_bytes(b[i], 7 * MiB, (uint8_t)(0x50 + i)), "block %d: expected its own fill throughout", i);
-      free(b[i]);
-    }
+    /* 30 MiB fits only the purged end (32 MiB; the start keeps 16), which reads as zeros without
+     * a memset; 12 MiB then takes the resident start, which holds the old block's bytes */
+    uint8_t *end_part = calloc(1, 30 * MiB), *start_part = calloc(1, 12 * MiB);
+    if (end_part == NULL || start_part == NULL) abort();
+    CHECK_ZERO(end_part, 30 * MiB);
+    CHECK_ZERO(start_part, 12 * MiB);
+    fill_pattern(end_part, 30 * MiB, 1);
+    fill_pattern(start_part, 12 * MiB, 2);
+    CHECK_PATTERN(end_part, 30 * MiB, 1);
+    CHECK_PATTERN(start_part, 12 * MiB, 2);
+    free(end_part);
+    free(start_part);
     uint8_t *z = calloc(1, 40 * MiB);
     if (z == NULL) abort();
-    CHECK(all_bytes(z, 40 * MiB, 0), "calloc(40 MiB) after the frees: expected zeros throughout");
+    CHECK_ZERO(z, 40 * MiB);
     free(z);
   }
 }
