@@ -160,7 +160,7 @@ static sm_page_t *block_validate(const void *p, bool claim, smi_call_t call) {
     return NULL;
   }
   if (sm_unlikely(!page->in_use || (const uint8_t *)p < smi_page_start(page) ||
-                  (const uint8_t *)p >= smi_page_start(page) + (size_t)smi_page_capacity(page) * page->block_size)) {
+                  (const uint8_t *)p >= smi_page_start(page) + smi_page_carved(page))) {
     smi_error(EINVAL, "%s of an invalid pointer %p (not in a live block)", name, p);
     return NULL;
   }
@@ -269,13 +269,15 @@ static inline __attribute__((always_inline)) sm_page_t *free_check_fast(const vo
     __asm__("" : "+r"(page)); /* computed once: gcc otherwise re-derives it from the index */
     uintptr_t start = (uintptr_t)smi_page_start(page);
     size_t bsize = page->block_size;
-    size_t limit = (size_t)smi_page_capacity(page) * bsize; /* carved blocks span [start, start + limit) */
+    size_t limit = smi_page_carved(page); /* carved blocks span [start, start + limit) */
     uintptr_t offset = (uintptr_t)p - start;       /* p below start wraps above limit */
     uint64_t magic = page->block_magic;
     /* claim (atomic_free): the canary itself, taken with a compare-and-swap (padding.h) */
     uint32_t canary = claim ? smi_canary_of(p)
                             : (uint32_t)(uintptr_t)p ^ (uint32_t)__atomic_load_n(&smi_read_mostly.free_secret, __ATOMIC_RELAXED);
-    if (sm_likely(offset < limit && (uint64_t)(uint32_t)offset * magic < magic && /* a block start */
+    /* offset < limit, at most a segment (or a huge page, whose magic 0 fails any offset), fits
+     * the 32 bits the multiply test needs */
+    if (sm_likely(offset < limit && (uint64_t)offset * magic < magic && /* a block start */
                   (claim ? smi_padding_claim((void *)p, bsize, canary)
                          : smi_padding_canary(p, bsize) == canary))) /* live (freed ones carry a link), no overflow */
       return page;

@@ -509,12 +509,22 @@ static inline void smi_page_set_has_aligned(sm_page_t *page) {
  * pointer (secure and debug builds): relaxed atomics. A block being freed was carved before it was
  * handed out, so it lies below every value the read can return. */
 static inline uint32_t smi_page_capacity(const sm_page_t *page) { return __atomic_load_n(&page->capacity, __ATOMIC_RELAXED); }
+/* bytes carved: the carved blocks span [start, start + carved). The secure build keeps it with
+ * capacity, so that its fast paths' range tests load it instead of multiplying (one instruction
+ * fewer, and off the dependency chain, in malloc and in free). */
+static inline size_t smi_page_carved(const sm_page_t *page) {
+#if SM_SECURE
+  return __atomic_load_n(&page->carved, __ATOMIC_RELAXED);
+#else
+  return (size_t)smi_page_capacity(page) * page->block_size;
+#endif
+}
 
 #if SM_CHECK_FREES
 /* is p the start of a block the page has carved? */
 static inline bool smi_page_block_start(const sm_page_t *page, uintptr_t p) {
   uintptr_t start = (uintptr_t)smi_page_start(page);
-  return p >= start && p < start + (size_t)smi_page_capacity(page) * page->block_size && smi_block_offset(page, (void *)p) == 0;
+  return p >= start && p < start + smi_page_carved(page) && smi_block_offset(page, (void *)p) == 0;
 }
 /* does block's link word read as a link of its page's lists (the end, or a block of the page)?
  * The block may be live: the word is read without telling the memory checkers. */
@@ -525,6 +535,9 @@ static inline bool smi_block_link_reads_free(const sm_page_t *page, const sm_blo
 #endif
 static inline void smi_page_set_capacity(sm_page_t *page, size_t capacity) {
   __atomic_store_n(&page->capacity, (uint16_t)capacity, __ATOMIC_RELAXED);
+#if SM_SECURE
+  __atomic_store_n(&page->carved, capacity * page->block_size, __ATOMIC_RELAXED);
+#endif
 }
 
 /* the page's blocks with an index < capacity are carved; the rest of the page is untouched */
@@ -538,7 +551,7 @@ void *smi_page_pop_bad_link(sm_page_t *page, const sm_block_t *block);        /*
  * follow it. One unsigned compare tests both ends; NULL (the list's end) fails it too and is let
  * through. */
 static inline bool smi_page_link_ok(const sm_page_t *page, const sm_block_t *next) {
-  return sm_likely((uintptr_t)next - (uintptr_t)smi_page_start(page) < (size_t)page->capacity * page->block_size) ||
+  return sm_likely((uintptr_t)next - (uintptr_t)smi_page_start(page) < smi_page_carved(page)) ||
          next == NULL;
 }
 

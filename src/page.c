@@ -503,7 +503,7 @@ void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t a
   page->free_is_remote = false;
   page->retire_ticks = 0;
   page->block_size = block_size;
-  page->capacity = 0;
+  smi_page_set_capacity(page, 0);
   page->stat_freed = page->stat_base_on_free = page->stat_base_capacity = 0;
   page->reserved = (uint16_t)(area / block_size);
   atomic_store_explicit(&page->thread_free, smi_tf_make(NULL, SM_DELAY_NONE), memory_order_relaxed);

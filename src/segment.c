@@ -1191,7 +1191,8 @@ void *smi_huge_alloc(sm_heap_t *heap, size_t size, size_t alignment, bool zero) 
   sm_page_t *page = &segment->pages[0];
   smi_page_set_start(page, (uint8_t *)segment + offset);
   page->block_size = map_size - offset - SM_GUARD_SIZE;
-  page->capacity = page->reserved = page->used = 1;
+  page->reserved = page->used = 1;
+  smi_page_set_capacity(page, 1);
   page->in_use = 1;
   segment->used = 1;
   segment_map_set(segment, true);
@@ -1351,6 +1352,7 @@ static void *huge_remap_unlinked(sm_segment_t *segment, size_t newsize) {
   }
   moved->size = moved->map_size = map_size;
   moved->pages[0].block_size = map_size - offset - SM_GUARD_SIZE;
+  smi_page_set_capacity(&moved->pages[0], 1); /* carved follows the size */
   smi_count_add(SM_COUNT_HUGE, (int64_t)map_size - (int64_t)old_size);
   return smi_page_start(&moved->pages[0]);
 }

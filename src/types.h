@@ -149,6 +149,10 @@ typedef struct sm_page_s {
   uint32_t freed_fill;  /* debug: bytes from the start holding the freed fill since a release (alloc.c) */
 #endif
 #if SM_SECURE
+  size_t carved;        /* capacity * block_size, kept with capacity: the fast paths' range tests
+                         * without a multiply (smi_page_carved) */
+#endif
+#if SM_SECURE
   uintptr_t keys[2];    /* free-list pointer encoding */
   uint64_t block_magic; /* ceil(2^64 / block_size): free's block-start test without a division;
                          * 0 while the page is not in use and in huge segments (that test fails) */
