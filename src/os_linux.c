@@ -147,7 +147,7 @@ void *smi_os_alloc_aligned_noreserve(size_t size, size_t alignment) {
 }
 
 static bool os_is_pinned(const void *p, size_t size);
-static void os_set_pinned(const void *p, size_t size, bool on);
+static bool os_set_pinned(const void *p, size_t size, bool on);
 
 #if defined(SM_UNDER_TSAN)
 /* ThreadSanitizer does not intercept mremap, so it cannot see that a range one thread moves its
@@ -397,39 +397,62 @@ static char *os_append_uint(char *dst, char *end, size_t v) {
 /* ---- pinned memory: hugetlb mappings, and memory handed over as large pages ----
  * Their physical pages go back only as whole huge pages, or not at all: MADV_DONTNEED on 64 KiB
  * of a hugetlb mapping fails, or succeeds doing nothing. One bit per 4 MiB of address space
- * (.bss, touched only where such memory lives) marks them; purges and remaps of marked ranges
- * are refused, so a purge never claims that memory it did not clear reads as zero. */
+ * marks them; purges and remaps of marked ranges are refused, so a purge never claims that memory
+ * it did not clear reads as zero. The table (4 MiB of address space, touched only where such
+ * memory lives) is mapped at the first pin: in .bss every process carried it, and mlockall locks
+ * and faults in every mapping, so a program that calls it held 4 MiB more (and with an
+ * RLIMIT_MEMLOCK of 8 MiB, as an unprivileged user has, refused it sooner). */
 #define OS_PIN_BITS 47
 #define OS_PIN_CHUNKS ((size_t)1 << (OS_PIN_BITS - SM_SEGMENT_SHIFT))
-static SM_BSS_LARGE _Atomic(uint64_t) os_pinned[OS_PIN_CHUNKS / 64];
+static _Atomic(_Atomic(uint64_t) *) os_pinned;
 static _Atomic(size_t) os_pinned_chunks; /* while 0 (the usual case) a check is one load */
 
-static void os_set_pinned(const void *p, size_t size, bool on) {
-  if (size == 0 || (!on && atomic_load_explicit(&os_pinned_chunks, memory_order_relaxed) == 0)) return;
+static _Atomic(uint64_t) *os_pinned_table(void) {
+  _Atomic(uint64_t) *table = atomic_load_explicit(&os_pinned, memory_order_acquire);
+  if (table != NULL) return table;
+  int saved = errno;
+  void *m = mmap(NULL, OS_PIN_CHUNKS / 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  errno = saved;
+  if (m == MAP_FAILED) return NULL;
+  if (!atomic_compare_exchange_strong_explicit(&os_pinned, &table, (_Atomic(uint64_t) *)m, memory_order_acq_rel,
+                                               memory_order_acquire)) {
+    munmap(m, OS_PIN_CHUNKS / 8); /* another thread mapped it first: table is theirs */
+    return table;
+  }
+  return (_Atomic(uint64_t) *)m;
+}
+
+/* marking needs the table (false if it cannot be mapped); unmarking and checking never map it */
+static bool os_set_pinned(const void *p, size_t size, bool on) {
+  if (size == 0 || (!on && atomic_load_explicit(&os_pinned_chunks, memory_order_relaxed) == 0)) return true;
+  _Atomic(uint64_t) *table = on ? os_pinned_table() : atomic_load_explicit(&os_pinned, memory_order_acquire);
+  if (table == NULL) return !on;
   uintptr_t first = (uintptr_t)p >> SM_SEGMENT_SHIFT, last = ((uintptr_t)p + size - 1) >> SM_SEGMENT_SHIFT;
   for (uintptr_t c = first; c <= last && c < OS_PIN_CHUNKS; c++) {
     uint64_t bit = (uint64_t)1 << (c % 64);
     if (on) {
-      if (!(atomic_fetch_or(&os_pinned[c / 64], bit) & bit)) atomic_fetch_add(&os_pinned_chunks, 1);
-    } else if (atomic_fetch_and(&os_pinned[c / 64], ~bit) & bit) {
+      if (!(atomic_fetch_or(&table[c / 64], bit) & bit)) atomic_fetch_add(&os_pinned_chunks, 1);
+    } else if (atomic_fetch_and(&table[c / 64], ~bit) & bit) {
       atomic_fetch_sub(&os_pinned_chunks, 1);
     }
   }
+  return true;
 }
 
 static bool os_is_pinned(const void *p, size_t size) {
   if (size == 0 || atomic_load_explicit(&os_pinned_chunks, memory_order_relaxed) == 0) return false;
+  _Atomic(uint64_t) *table = atomic_load_explicit(&os_pinned, memory_order_acquire);
+  if (table == NULL) return false;
   uintptr_t first = (uintptr_t)p >> SM_SEGMENT_SHIFT, last = ((uintptr_t)p + size - 1) >> SM_SEGMENT_SHIFT;
   for (uintptr_t c = first; c <= last && c < OS_PIN_CHUNKS; c++) {
-    if ((atomic_load_explicit(&os_pinned[c / 64], memory_order_relaxed) >> (c % 64)) & 1) return true;
+    if ((atomic_load_explicit(&table[c / 64], memory_order_relaxed) >> (c % 64)) & 1) return true;
   }
   return false;
 }
 
 bool smi_os_set_pinned(void *p, size_t size, bool on) {
   if ((uintptr_t)p + size > ((uintptr_t)1 << OS_PIN_BITS)) return false; /* cannot be marked */
-  os_set_pinned(p, size, on);
-  return true;
+  return os_set_pinned(p, size, on);
 }
 bool smi_os_is_pinned(const void *p, size_t size) { return os_is_pinned(p, size); }
 
@@ -455,7 +478,7 @@ void *smi_os_reserve_aligned(size_t size, size_t alignment) {
 
 bool smi_os_map_hugetlb(void *p, size_t size, size_t page_size, int numa_node) {
   if (!smi_is_power_of_two(page_size) || (((uintptr_t)p | size) & (page_size - 1)) != 0 || size == 0 ||
-      (uintptr_t)p + size > ((uintptr_t)1 << OS_PIN_BITS))
+      (uintptr_t)p + size > ((uintptr_t)1 << OS_PIN_BITS) || os_pinned_table() == NULL) /* it must be marked */
     return false;
   int saved = errno;
   int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_HUGETLB | (__builtin_ctzl(page_size) << MAP_HUGE_SHIFT);

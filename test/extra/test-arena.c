@@ -14,7 +14,8 @@
  *   grow          ARENA_RESERVE=32M: arenas are added 32 MiB at a time; a 24 MiB block is mapped
  *                 on its own
  *   api           no options: no arena for a small program; sm_manage_os_memory (dirty memory is
- *                 handed out zeroed where it must be), sm_reserve_os_memory (commit faults it in)
+ *                 handed out zeroed where it must be), sm_reserve_os_memory (commit faults it in);
+ *                 memory handed over as large OS pages is pinned (never purged)
  *   ids           arena ids: bad ids refused; an exclusive arena that only heaps made in it use
  *                 (every kind of block, another thread's too; NULL/ENOMEM once full, all of it
  *                 back after sm_heap_destroy; after sm_heap_delete the default heap carves no new
@@ -365,6 +366,17 @@ static void case_api(void) {
     size_t rss2 = rss_now();
     CHECK_EQ(sm_reserve_os_memory(64 * MiB, false, false), 0);
     CHECK(rss_now() < rss2 + 4 * MiB, "without commit, 64 MiB reserved cost no RSS: %zu -> %zu MiB", rss2 / MiB, rss_now() / MiB);
+  }
+  SECTION("sm_manage_os_memory of large OS pages: the region is pinned (never purged), its mark made at the first pin (last: it adds an arena)") {
+    size_t len = 16 * MiB;
+    uint8_t *region = mmap(NULL, len + 4 * MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(region != MAP_FAILED, "mmap");
+    uint8_t *start = (uint8_t *)(((uintptr_t)region + 4 * MiB - 1) & ~(uintptr_t)(4 * MiB - 1));
+    CHECK(!smi_os_is_pinned(start, len), "nothing is pinned before the first pin");
+    CHECK(sm_manage_os_memory(start, len, true, true, true, -1), "16 MiB handed over as large OS pages");
+    CHECK(smi_os_is_pinned(start, len) && smi_os_is_pinned(start + len - 1, 1), "the region is marked pinned");
+    CHECK(!smi_os_is_pinned(start + len, 4 * MiB) && !smi_os_is_pinned(start - 1, 1), "and nothing else");
+    CHECK(!smi_os_purge(start, 4 * MiB, true), "a purge of pinned memory is refused (it would not read as zero)");
   }
 }
 
