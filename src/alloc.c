@@ -335,6 +335,10 @@ static sm_noinline void *heap_alloc_generic(sm_heap_t *heap, size_t size, bool z
   bool raw = huge_zeroed(size, zero);
   return padding_finish(smi_malloc_generic(heap, padded(size), raw), size, zero, raw);
 }
+/* the direct table's page for size has no block on `free` (smi_malloc_refill) */
+static sm_noinline void *heap_alloc_refill(sm_heap_t *heap, sm_page_t *page, size_t size) {
+  return padding_finish(smi_malloc_refill(heap, page, padded(size)), size, false, false);
+}
 /* the popped block's link leaves its page: smi_page_pop reports it and keeps the block, so the
  * generic path finds another */
 static sm_noinline void *heap_alloc_bad_link(sm_heap_t *heap, sm_page_t *page, sm_block_t *block, size_t size, bool zero) {
@@ -358,6 +362,7 @@ static inline __attribute__((always_inline)) void *heap_alloc(sm_heap_t *heap, s
       smi_padding_write(b, size, page->block_size);
       return b;
     }
+    if (!zero) return heap_alloc_refill(heap, page, size);
   }
   return heap_alloc_generic(heap, size, zero);
 }

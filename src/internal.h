@@ -272,6 +272,7 @@ void smi_abandoned_lock_release(void);
 
 /* ---- page.c ---- */
 void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero);
+void *smi_malloc_refill(sm_heap_t *heap, sm_page_t *page, size_t size);
 void *smi_malloc_exact(sm_heap_t *heap, size_t size, bool zero);
 void smi_page_init(sm_heap_t *heap, sm_page_t *page, size_t block_size, size_t area);
 #if SM_SECURE
@@ -600,7 +601,7 @@ static inline void *smi_page_pop(sm_page_t *page, sm_block_t *block) {
 static inline void *smi_heap_malloc_small(sm_heap_t *heap, size_t size) {
   sm_page_t *page = heap->pages_direct[(size + 7) >> 3];
   sm_block_t *block = page->free;
-  if (sm_unlikely(block == NULL)) return smi_malloc_generic(heap, size, false);
+  if (sm_unlikely(block == NULL)) return smi_malloc_refill(heap, page, size);
   void *p = smi_page_pop(page, block);
   if (SM_CHECK_FREES && sm_unlikely(p == NULL)) return smi_malloc_generic(heap, size, false);
   return p;

@@ -149,6 +149,50 @@ static void *make_orphan(void *arg) { /* a heap whose creator ends while its blo
   return NULL;
 }
 
+/* the area (page) holding `p` in the calling thread's heap: how many blocks it has in use, or -1
+ * if the heap has no page there */
+typedef struct {
+  const void *p;
+  long used;
+} area_of_t;
+static bool find_area_of(const sm_heap_t *heap, const sm_heap_area_t *area, void *block, size_t size, void *arg) {
+  (void)heap;
+  (void)size;
+  area_of_t *a = arg;
+  const uint8_t *start = area->blocks;
+  if (block == NULL && (const uint8_t *)a->p >= start && (const uint8_t *)a->p < start + area->reserved) a->used = (long)area->used;
+  return true;
+}
+static long area_used(const void *p) {
+  area_of_t a = {p, -1};
+  sm_heap_visit_blocks(sm_heap_get_default(), false, find_area_of, &a);
+  return a.used;
+}
+
+/* A size class's only page, emptied at every free, is kept while the thread goes on using it, and
+ * goes back once the thread has taken many slow paths without it (src/page.c, retire). */
+static void *kept_page_thread(void *arg) {
+  int *bad = arg;
+  void *first = sm_malloc(40);
+  sm_free(first);
+  for (int i = 0; i < 200000; i++) { /* refills every few pairs, each with the page kept */
+    void *q = sm_malloc(40);
+    if (q == NULL) return (*bad = 1), NULL;
+    *(volatile char *)q = 1;
+    sm_free(q);
+  }
+  long used = area_used(first);
+  if (used != 0) return (*bad = 2), (void *)(intptr_t)used;
+  enum { N = 6000 };
+  static void *big[N]; /* medium blocks: a few per carving, each carving a slow path */
+  for (int i = 0; i < N; i++)
+    if ((big[i] = sm_malloc(3000)) == NULL) return (*bad = 3), NULL;
+  for (int i = 0; i < N; i++) sm_free(big[i]);
+  used = area_used(first);
+  if (used != -1) return (*bad = 4), (void *)(intptr_t)used;
+  return NULL;
+}
+
 static unsigned long long deferred_calls, deferred_last;
 static int deferred_force_seen;
 static void deferred(bool force, unsigned long long heartbeat, void *arg) {
@@ -522,6 +566,16 @@ int main(void) {
     printf("  deferred-free calls: %llu, last heartbeat %llu\n", deferred_calls, deferred_last);
     CHECK(deferred_calls > 0 && deferred_calls < (1ull << 40), "called, heartbeat monotonic (calls %llu)", deferred_calls);
     CHECK(deferred_force_seen, "sm_collect(true) passes force");
+  }
+
+  SECTION("an emptied page is kept while its class is in use, and goes back once unused") {
+    int bad = 0;
+    pthread_t t;
+    void *used = NULL;
+    pthread_create(&t, NULL, kept_page_thread, &bad);
+    pthread_join(t, &used);
+    CHECK(bad == 0, "step %d failed (1: out of memory, 2: page gone or not empty while in use, 4: page kept "
+                    "after thousands of slow paths), blocks in use %ld", bad, (long)(intptr_t)used);
   }
 
   SECTION("misuse gets a clear answer") {
