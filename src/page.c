@@ -573,15 +573,15 @@ void smi_page_free_empty(sm_heap_t *heap, sm_page_t *page) {
   smi_segment_page_free(page, heap->tld);
 }
 
-/* All blocks of the page are free (owner's view). Keep the only page of a bin for a few slow-path
- * calls, so a program that allocates and frees one block in a loop does not thrash the segment.
- * Uses only state that the purger never touches (bin queues, retire ticks): no lock needed. */
 /* the slow call at which a page kept empty now goes back */
 static inline uint64_t retire_deadline(const sm_heap_t *heap, const sm_page_t *page) {
   return atomic_load_explicit(&heap->slow_calls, memory_order_relaxed) +
          (page->block_size <= SM_SMALL_OBJ_MAX ? SM_RETIRE_CALLS_SMALL : SM_RETIRE_CALLS_OTHER);
 }
 
+/* All blocks of the page are free (owner's view). Keep the only page of a bin for a few slow-path
+ * calls, so a program that allocates and frees one block in a loop does not thrash the segment.
+ * Uses only state that the purger never touches (bin queues, retire ticks): no lock needed. */
 bool smi_page_retire_keep(sm_heap_t *heap, sm_page_t *page) {
   sm_page_queue_t *pq = page_queue_of(heap, page);
   if (page->flags.x.in_full || pq->first != page || pq->last != page || page->block_size > SM_MEDIUM_OBJ_MAX ||
@@ -764,11 +764,10 @@ static void *malloc_generic_locked(sm_heap_t *heap, size_t size, size_t bin, boo
  * page at every free, and clearing the mark here made the next of those frees keep the page
  * again (free_retire), once per refill (8% of the malloc/free pairs microbenchmark's
  * instructions); an expired page that is in use just loses its mark (smi_heap_retired_collect).
- * Every 16th refill
- * takes the slow path anyway, so due purges and expired pages are still seen. The purger never
- * touches a bin's first page, so no lock is needed. The secure build (with `shuffle` on) does it
- * only while at least SM_SHUFFLE_GROUP blocks wait, and as its slow path would then
- * (page_collect_or_extend): starting with a random one of them. */
+ * Every 16th refill takes the slow path anyway, so due purges and expired pages are still seen.
+ * The purger never touches a bin's first page, so no lock is needed. The secure build (with
+ * `shuffle` on) does it only while at least SM_SHUFFLE_GROUP blocks wait, and as its slow path
+ * would then (page_collect_or_extend): starting with a random one of them. */
 static inline __attribute__((always_inline)) bool page_refill_quick(sm_heap_t *heap, sm_page_t *page) {
   if (page->local_free == NULL || heap->locked_access ||
       __atomic_load_n(&heap->full_have_free, __ATOMIC_RELAXED) ||
@@ -837,7 +836,7 @@ void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero) { return mallo
  * `free`. While it is the first page of size's own bin (not a lender, not the empty page), its
  * quick refill needs neither the bin's computation nor malloc_generic's saved registers: a loop
  * that frees each block before its next malloc refills every few pairs (once a class's blocks
- * have all been used once), and this took the refill from 120 instructions to about 40. */
+ * have all been used once), and this took the refill from 120 instructions to about 60. */
 void *smi_malloc_refill(sm_heap_t *heap, sm_page_t *page, size_t size) {
 #if !SM_CHECK_FREES || SM_INLINE_CHECKS
   if (page->local_free != NULL && (page->bin == 0 || size > smi_bin_size(page->bin - 1)) &&
