@@ -794,8 +794,8 @@ static inline __attribute__((always_inline)) bool page_refill_quick(sm_heap_t *h
 
 /* The slow path of every allocation: thread start-up, delayed frees, retired pages, huge blocks
  * and the page search. `zero`: the block must be zeroed (calloc); `may_borrow`: a block of the
- * next class will do (page_borrow). */
-static void *malloc_generic(sm_heap_t *heap, size_t size, bool zero, bool may_borrow) {
+ * next class will do (page_borrow); `quick_tried`: smi_malloc_refill tried the bin's first page. */
+static void *malloc_generic(sm_heap_t *heap, size_t size, bool zero, bool may_borrow, bool quick_tried) {
   if (sm_unlikely(heap == &smi_heap_empty)) {
     heap = smi_thread_init();
     if (heap == NULL) return smi_enomem();
@@ -805,11 +805,13 @@ static void *malloc_generic(sm_heap_t *heap, size_t size, bool zero, bool may_bo
    * state that the purger never touches, so no lock) */
   sm_page_t *page = size <= SM_LARGE_OBJ_MAX ? heap->pages[bin].first : NULL;
 #if !SM_CHECK_FREES || SM_INLINE_CHECKS
-  if (page != NULL && page->free == NULL && page_refill_quick(heap, page)) {
+  if (page != NULL && page->free == NULL && !quick_tried && page_refill_quick(heap, page)) {
     heap_unborrow(heap, bin);
     void *p = page_pop_zero(page, size, zero);
     if (p != NULL) return p; /* NULL: a corrupted list (reported), the slow path looks again */
   }
+#else
+  (void)quick_tried;
 #endif
   if (page != NULL && page->free != NULL) {
     heap_unborrow(heap, bin);
@@ -830,7 +832,7 @@ static void *malloc_generic(sm_heap_t *heap, size_t size, bool zero, bool may_bo
   return p;
 }
 
-void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero) { return malloc_generic(heap, size, zero, true); }
+void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero) { return malloc_generic(heap, size, zero, true, false); }
 
 /* The small-size fast path's miss: `page`, the direct table's page for size, has no block on
  * `free`. While it is the first page of size's own bin (not a lender, not the empty page), its
@@ -838,17 +840,23 @@ void *smi_malloc_generic(sm_heap_t *heap, size_t size, bool zero) { return mallo
  * that frees each block before its next malloc refills every few pairs (once a class's blocks
  * have all been used once), and this took the refill from 120 instructions to about 60. */
 void *smi_malloc_refill(sm_heap_t *heap, sm_page_t *page, size_t size) {
+  bool tried = false;
 #if !SM_CHECK_FREES || SM_INLINE_CHECKS
   if (page->local_free != NULL && (page->bin == 0 || size > smi_bin_size(page->bin - 1)) &&
-      heap->pages[page->bin].first == page && page_refill_quick(heap, page)) {
-    void *p = smi_page_pop(page, page->free);
-    if (!SM_CHECK_FREES || sm_likely(p != NULL)) return p;
+      heap->pages[page->bin].first == page) {
+    /* the generic path must not try it again: that would also skip the refill that every 16th
+     * one leaves to the slow path (its due purges and expired pages) */
+    tried = true;
+    if (page_refill_quick(heap, page)) {
+      void *p = smi_page_pop(page, page->free);
+      if (!SM_CHECK_FREES || sm_likely(p != NULL)) return p;
+    }
   }
 #else
   (void)page;
 #endif
-  return malloc_generic(heap, size, false, true);
+  return malloc_generic(heap, size, false, true, tried);
 }
 
 /* a block of exactly size's class, never a borrowed one (aligned allocation) */
-void *smi_malloc_exact(sm_heap_t *heap, size_t size, bool zero) { return malloc_generic(heap, size, zero, false); }
+void *smi_malloc_exact(sm_heap_t *heap, size_t size, bool zero) { return malloc_generic(heap, size, zero, false, false); }
