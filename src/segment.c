@@ -399,7 +399,9 @@ static sm_segment_t *cache_split_tail(sm_segment_t *segment, size_t keep) {
   bool resident = !segment->purged;
   uint64_t purge_at = segment->purge_at;
   uintptr_t cached_by = segment->cached_by;
-  segment->map_size = keep;
+  /* both: a cached segment's purge covers its size (segment_purge_past_header). Until 2026-11-28
+   * only map_size shrank, and purging the start later zeroed whatever block had taken the end */
+  segment->size = segment->map_size = keep;
 #if SM_SECURE
   smi_os_protect((uint8_t *)segment + keep - SM_GUARD_SIZE, SM_GUARD_SIZE); /* the block's end guard */
 #endif

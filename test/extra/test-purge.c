@@ -68,6 +68,9 @@
  *                  bound: only the end of its cached mapping is split off and purged, about 16
  *                  MiB stays resident; blocks taken from both parts afterwards read as they must
  *                  (calloc zeros, contents kept);
+ *   cache-split-purge SHARDMALLOC_PURGE_DELAY=60000: a block in the purged end of a split
+ *                  mapping keeps its bytes when the mapping's start is purged later, and every
+ *                  cached mapping is unmapped by sm_collect(true);
  *   collect-blocks 1,024 blocks of 32 KiB, one in eight kept: sm_collect(true) gives back the
  *                  insides of the free ones (each keeps its link's OS page), live ones intact;
  *   cached-reuse   SHARDMALLOC_PURGE_DELAY=100: a resident cached segment (a freed 3 MiB block)
@@ -837,6 +840,17 @@ static int object_extent(struct dl_phdr_info *info, size_t size, void *arg) {
  * library takes its code and data and its zero tables (the segment map, 4 MiB); the map of pinned
  * memory, 4 MiB more, is mapped only by a program that pins memory (until 2026-11-28 it was in
  * .bss: 8.3 MiB in all). A program that allocates 100 bytes then holds one segment. */
+/* the address space the allocator holds now (its "reserved" statistic) */
+static size_t reserved_now(void) {
+  size_t bytes = 0;
+  char *json = sm_stats_get_json(0, NULL); /* "reserved": {"unit": "bytes", "peak": N, ... */
+  const char *r = json != NULL ? strstr(json, "\"reserved\"") : NULL;
+  const char *cur = r != NULL ? strstr(r, "\"current\":") : NULL;
+  if (cur != NULL) bytes = strtoull(cur + strlen("\"current\":"), NULL, 10);
+  sm_free(json);
+  return bytes;
+}
+
 static void case_address_space(void) {
   SECTION("the library takes less than 5 MiB of address space, and 100 bytes one 4 MiB segment") {
     void *p = malloc(100);
@@ -845,14 +859,9 @@ static void case_address_space(void) {
     dl_iterate_phdr(object_extent, &lib);
     printf("      libshardmalloc: %zu KiB of address space\n", lib.bytes / KiB);
     CHECK(lib.bytes > 0 && lib.bytes < 5 * MiB, "expected less than 5 MiB, seen %zu KiB", lib.bytes / KiB);
-    size_t segments = 0;
-    char *json = sm_stats_get_json(0, NULL); /* "reserved": {"unit": "bytes", "peak": N, ... */
-    const char *r = json != NULL ? strstr(json, "\"reserved\"") : NULL;
-    const char *cur = r != NULL ? strstr(r, "\"current\":") : NULL;
-    if (cur != NULL) segments = strtoull(cur + strlen("\"current\":"), NULL, 10);
+    size_t segments = reserved_now();
     printf("      reserved by the allocator: %zu KiB\n", segments / KiB);
     CHECK(segments > 0 && segments <= 4 * MiB, "expected one segment, seen %zu KiB reserved", segments / KiB);
-    sm_free(json);
     free(p);
   }
 }
@@ -1299,6 +1308,35 @@ static void case_cache_trim_split(void) {
     if (z == NULL) abort();
     CHECK_ZERO(z, 40 * MiB);
     free(z);
+  }
+}
+
+/* ---------------------------------------------------------------- cache-split-purge */
+/* The start of a split mapping stays cached, and is purged later (by the next trim, or after its
+ * delay). Until 2026-11-28 the split shortened its mapping but not its segment size, and that
+ * purge covered the whole old mapping: the block that had taken its purged end read as zeros
+ * (CPython's test_unicode crashed on a 4 MiB string), and the header of a cached segment there
+ * was cleared, so that mapping was never unmapped. */
+static void case_cache_split_purge(void) {
+  SECTION("a block in a split mapping's old end keeps its bytes when the start is purged") {
+    size_t base = reserved_now();
+    uint8_t *other = malloc(40 * MiB), *split = malloc(40 * MiB);
+    if (other == NULL || split == NULL) abort();
+    memset(other, 0x11, 40 * MiB);
+    memset(split, 0x22, 40 * MiB);
+    free(split); /* over the 16 MiB bound: its mapping's end is split off and purged */
+    uint8_t *in_end = malloc(24 * MiB); /* fits only that end */
+    if (in_end == NULL) abort();
+    fill_pattern(in_end, 24 * MiB, 3);
+    free(other); /* over the bound again: the start (resident, the oldest) is purged */
+    sm_collect(false); /* every cached mapping purged */
+    CHECK_PATTERN(in_end, 24 * MiB, 3);
+    free(in_end);
+    sm_collect(true); /* every cached mapping unmapped */
+    size_t left = reserved_now();
+    printf("      reserved after sm_collect(true): %zu KiB (before the blocks: %zu KiB)\n", left / KiB, base / KiB);
+    CHECK(left <= base + 4 * MiB, "expected every cached mapping unmapped, %zu KiB still reserved (%zu KiB before)",
+          left / KiB, base / KiB);
   }
 }
 
@@ -1865,7 +1903,7 @@ static void case_fork_orphans(void) {
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|lone|join-tls|cancel|cancel-exit|fork-live|huge-realloc|prefault|adaptive|kind-switch|burst-quiet|cache-quiet|cache-trim-split|collect-blocks|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans|mlock-calloc|address-space\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|lone|join-tls|cancel|cancel-exit|fork-live|huge-realloc|prefault|adaptive|kind-switch|burst-quiet|cache-quiet|cache-trim-split|cache-split-purge|collect-blocks|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans|mlock-calloc|address-space\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -1895,6 +1933,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "burst-quiet")) case_burst_quiet();
   else if (!strcmp(c, "cache-quiet")) case_cache_quiet();
   else if (!strcmp(c, "cache-trim-split")) case_cache_trim_split();
+  else if (!strcmp(c, "cache-split-purge")) case_cache_split_purge();
   else if (!strcmp(c, "collect-blocks")) case_collect_blocks();
   else if (!strcmp(c, "exchange")) case_exchange();
   else if (!strcmp(c, "exchange-cycle")) case_exchange_cycle();

@@ -20,6 +20,12 @@ cd "$tmp"
 PYTHONMALLOC=malloc preloaded "$PY" -m test $tests </dev/null >"$tmp/out.txt" 2>&1
 rc=$?
 tail -25 "$tmp/out.txt"
+if [ "$rc" != 0 ]; then
+  # the tail above is the bottom of a crash's traceback: show which test ran and the top of it
+  echo "--- last tests started, and the start of any fatal error report:"
+  grep -E '^[0-9:]+ load avg: .*\[ *[0-9]+/[0-9]+\]' "$tmp/out.txt" | tail -3
+  grep -A30 'Fatal Python error' "$tmp/out.txt" | head -60
+fi
 check "python -m test $tests: exit status" "0" "$rc"
 check_true "python -m test reports SUCCESS" grep -Eq "^(Tests )?[Rr]esult: SUCCESS" "$tmp/out.txt"
 check "errors reported by shardmalloc" "0" "$(grep -c 'shardmalloc: error' "$tmp/out.txt")"
