@@ -224,6 +224,7 @@ static void cache_count_taken(uintptr_t entry) {
 }
 
 static bool segment_cache_push(sm_segment_t *segment) {
+  sm_assert(segment->size == segment->map_size); /* a cached segment's purge covers its size */
   size_t units = cache_units(segment);
   uintptr_t resident = segment->purged ? 0 : SM_CACHE_RESIDENT;
   size_t limit = (size_t)smi_option(sm_option_segment_cache);
