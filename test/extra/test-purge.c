@@ -1350,13 +1350,6 @@ static void case_cache_split_purge(void) {
  * resized or freed. Each run is a child process that starts with an empty cache, with a seed and a
  * purge delay of its own. The split's bug of 2026-11-28 (cache-split-purge) failed about 1 run in
  * 50 of this; a net for its kind, the deterministic case being that one. */
-static uint64_t churn_next(uint64_t *r) {
-  *r ^= *r << 13;
-  *r ^= *r >> 7;
-  *r ^= *r << 17;
-  return *r;
-}
-
 /* the first 4 KiB-spaced byte of p[0, n) that is not `tag`, or (size_t)-1 */
 static size_t churn_damage(const uint8_t *p, size_t n, uint8_t tag) {
   for (size_t o = 0; o < n; o += 4096) {
@@ -1365,34 +1358,34 @@ static size_t churn_damage(const uint8_t *p, size_t n, uint8_t tag) {
   return p[n - 1] == tag ? (size_t)-1 : n - 1;
 }
 
-static int churn_child(uint64_t seed, long delay) {
+static int churn_child(unsigned seed, long delay) {
   enum { BLOCKS = 6, ROUNDS = 60 };
   sm_option_set(sm_option_purge_delay, delay);
   uint8_t *p[BLOCKS] = {0}, tag[BLOCKS] = {0};
   size_t size[BLOCKS] = {0};
-  uint64_t r = seed;
+  unsigned r = seed;
   for (int round = 0; round < ROUNDS; round++) {
-    int i = (int)(churn_next(&r) % BLOCKS);
-    size_t n = (1 + churn_next(&r) % 48) * MiB + churn_next(&r) % 4096;
+    int i = (int)((size_t)rand_r(&r) % BLOCKS);
+    size_t n = (1 + (size_t)rand_r(&r) % 48) * MiB + (size_t)rand_r(&r) % 4096;
     if (p[i] == NULL) {
       p[i] = malloc(n);
       if (p[i] == NULL) return 2;
-      tag[i] = (uint8_t)(1 + churn_next(&r) % 250);
+      tag[i] = (uint8_t)(1 + (size_t)rand_r(&r) % 250);
       memset(p[i], tag[i], n);
       size[i] = n;
     } else {
       size_t at = churn_damage(p[i], size[i], tag[i]);
       if (at != (size_t)-1) {
-        printf("      seed %#llx, delay %ld, round %d: a block of %zu bytes reads %#x at byte %zu, not %#x\n",
-               (unsigned long long)seed, delay, round, size[i], p[i][at], at, tag[i]);
+        printf("      seed %u, delay %ld, round %d: a block of %zu bytes reads %#x at byte %zu, not %#x\n", seed,
+               delay, round, size[i], p[i][at], at, tag[i]);
         return 1;
       }
-      if (churn_next(&r) % 3 == 0) { /* resized: what it keeps must still read its tag */
+      if ((size_t)rand_r(&r) % 3 == 0) { /* resized: what it keeps must still read its tag */
         uint8_t *q = realloc(p[i], n);
         if (q == NULL) return 2;
         size_t kept = n < size[i] ? n : size[i];
         if (churn_damage(q, kept, tag[i]) != (size_t)-1) {
-          printf("      seed %#llx, delay %ld, round %d: realloc lost bytes\n", (unsigned long long)seed, delay, round);
+          printf("      seed %u, delay %ld, round %d: realloc lost bytes\n", seed, delay, round);
           return 1;
         }
         memset(q, tag[i], n);
@@ -1403,8 +1396,8 @@ static int churn_child(uint64_t seed, long delay) {
         p[i] = NULL;
       }
     }
-    if (churn_next(&r) % 16 == 0) sm_collect(false);
-    if (churn_next(&r) % 64 == 0) sleep_ms(15);
+    if ((size_t)rand_r(&r) % 16 == 0) sm_collect(false);
+    if ((size_t)rand_r(&r) % 64 == 0) sleep_ms(15);
   }
   return 0;
 }
@@ -1414,7 +1407,7 @@ static void case_huge_churn(void) {
     static const long delays[] = {10, 100, 1000, 60000};
     int runs = 24, bad = 0, failed = 0;
     for (int run = 0; run < runs; run++) {
-      uint64_t seed = 0x9E3779B97F4A7C15ull * (uint64_t)(run + 1);
+      unsigned seed = 2654435761u * (unsigned)(run + 1);
       long delay = delays[run % 4];
       fflush(stdout);
       pid_t pid = fork();
