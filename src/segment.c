@@ -815,7 +815,7 @@ static void segment_init_header(sm_segment_t *segment, sm_segment_kind_t kind, s
  * becomes a cache entry of its own, its memory still resident, or goes back to the OS. */
 static void segment_cache_split(sm_segment_t *segment, size_t keep) {
   sm_segment_t *tail = cache_split_tail(segment, keep);
-  if (tail != NULL && !segment_cache_push(tail)) smi_mem_free(tail, tail->map_size, 0);
+  if (tail != NULL && !segment_cache_push(tail)) segment_os_free(tail); /* it is registered */
 }
 
 static sm_segment_t *segment_alloc(sm_heap_t *heap, sm_segment_kind_t kind) {
@@ -1329,6 +1329,8 @@ static void *huge_remap_unlinked(sm_segment_t *segment, size_t newsize) {
     taken = segment_cache_take_at(next, (map_size - old_size) >> SM_SEGMENT_SHIFT);
   sm_segment_t *moved = segment;
   if (taken != NULL) {
+    segment_cache_note_taken(taken);
+    smi_mem_unpurged(taken->purged_bytes); /* its purged pages are the block's now, counted */
     if (taken->map_size > map_size - old_size) segment_cache_split(taken, map_size - old_size);
     segment_map_set(taken, false);
 #if SM_SECURE /* the block's old end guard and the taken part's header guard are inside it now */

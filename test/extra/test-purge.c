@@ -71,6 +71,9 @@
  *   cache-split-purge SHARDMALLOC_PURGE_DELAY=60000: a block in the purged end of a split
  *                  mapping keeps its bytes when the mapping's start is purged later, and every
  *                  cached mapping is unmapped by sm_collect(true);
+ *   cache-take     SHARDMALLOC_BACKGROUND_PURGE=0: a huge block grown into the partly purged
+ *                  segment cached right after it leaves "committed" where it was; a split whose
+ *                  tail the cache cannot take (limit 1) unmaps it and sm_check_owned says so;
  *   huge-churn     24 child processes, one thread each, allocate, resize and free huge blocks of
  *                  1-48 MiB at random (the lone-thread cache bound trimming and splitting): every
  *                  block keeps its bytes;
@@ -843,15 +846,23 @@ static int object_extent(struct dl_phdr_info *info, size_t size, void *arg) {
  * library takes its code and data and its zero tables (the segment map, 4 MiB); the map of pinned
  * memory, 4 MiB more, is mapped only by a program that pins memory (until 2026-11-28 it was in
  * .bss: 8.3 MiB in all). A program that allocates 100 bytes then holds one segment. */
+/* a statistic's current value ("reserved": {"unit": "bytes", "peak": N, "current": N, ...}),
+ * signed: a count that drifts below zero must show as such */
+static long long stat_now(const char *name) {
+  long long value = 0;
+  char key[48];
+  snprintf(key, sizeof key, "\"%s\"", name);
+  char *json = sm_stats_get_json(0, NULL);
+  const char *r = json != NULL ? strstr(json, key) : NULL;
+  const char *cur = r != NULL ? strstr(r, "\"current\":") : NULL;
+  if (cur != NULL) value = strtoll(cur + strlen("\"current\":"), NULL, 10);
+  sm_free(json);
+  return value;
+}
 /* the address space the allocator holds now (its "reserved" statistic) */
 static size_t reserved_now(void) {
-  size_t bytes = 0;
-  char *json = sm_stats_get_json(0, NULL); /* "reserved": {"unit": "bytes", "peak": N, ... */
-  const char *r = json != NULL ? strstr(json, "\"reserved\"") : NULL;
-  const char *cur = r != NULL ? strstr(r, "\"current\":") : NULL;
-  if (cur != NULL) bytes = strtoull(cur + strlen("\"current\":"), NULL, 10);
-  sm_free(json);
-  return bytes;
+  long long bytes = stat_now("reserved");
+  return bytes > 0 ? (size_t)bytes : 0;
 }
 
 static void case_address_space(void) {
@@ -1340,6 +1351,75 @@ static void case_cache_split_purge(void) {
     printf("      reserved after sm_collect(true): %zu KiB (before the blocks: %zu KiB)\n", left / KiB, base / KiB);
     CHECK(left <= base + 4 * MiB, "expected every cached mapping unmapped, %zu KiB still reserved (%zu KiB before)",
           left / KiB, base / KiB);
+  }
+}
+
+/* ---------------------------------------------------------------- cache-take */
+/* Two paths that take a cached mapping apart (found in a review on 2026-11-28, both there since
+ * the paths were written): a huge block grown in place into the cached segment right after it
+ * did not count that segment's purged pages as committed again, so each free of such a block took
+ * them off "committed" a second time (it fell by 4 MiB a round, below zero); and the tail a split
+ * could not cache (the cache full) was unmapped but left registered in the segment map, where
+ * sm_check_owned then read its vanished header. */
+static void *medium_blocks[60];
+static void *purge_a_segment(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 60; i++) { /* a medium segment of its own, mapped right after the huge block */
+    medium_blocks[i] = malloc(60000);
+    if (medium_blocks[i] == NULL) abort();
+    memset(medium_blocks[i], 1, 60000);
+  }
+  for (int i = 0; i < 56; i++) free(medium_blocks[i]);
+  sm_collect(false); /* its free pages purged now */
+  for (int i = 56; i < 60; i++) free(medium_blocks[i]);
+  return NULL; /* the thread's exit caches the segment, partly purged */
+}
+
+static void case_cache_take(void) {
+  SECTION("huge blocks grown into the partly purged segment cached right after them: committed stays put") {
+    enum { ROUNDS = 4 };
+    long long committed[ROUNDS];
+    int in_place = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+      uint8_t *block = malloc(6 * MiB);
+      if (block == NULL) abort();
+      fill_pattern(block, 6 * MiB, 4);
+      pthread_t t;
+      if (pthread_create(&t, NULL, purge_a_segment, NULL) != 0 || pthread_join(t, NULL) != 0) abort();
+      uint8_t *grown = realloc(block, 10 * MiB);
+      if (grown == NULL) abort();
+      in_place += grown == block;
+      CHECK_PATTERN(grown, 6 * MiB, 4);
+      free(grown);
+      sm_collect(true);
+      committed[round] = stat_now("committed");
+    }
+    printf("      committed after each round:");
+    for (int round = 0; round < ROUNDS; round++) printf(" %lld", committed[round] / 1024);
+    printf(" KiB; grown in place %d of %d times\n", in_place, ROUNDS);
+    CHECK(in_place > 0, "expected a block to grow into the segment mapped right after it");
+    /* the first round settles the main thread's own pages (one is purged by the collect) */
+    for (int round = 2; round < ROUNDS; round++)
+      CHECK(committed[round] == committed[1], "expected committed to stay at %lld KiB, round %d: %lld KiB",
+            committed[1] / 1024, round, committed[round] / 1024);
+  }
+  SECTION("a split whose tail the cache cannot take: the tail is unmapped and no longer the allocator's") {
+    uint8_t *twelve = malloc(11 * MiB), *four = malloc(3 * MiB); /* mappings of 12 and 4 MiB */
+    if (twelve == NULL || four == NULL) abort();
+    uint8_t *twelve_map = (uint8_t *)((uintptr_t)twelve & ~(uintptr_t)(4 * MiB - 1));
+    free(twelve);
+    free(four); /* both cached, resident (16 MiB: within the lone bound) */
+    sm_option_set(sm_option_segment_cache, 1); /* from now on the cache holds one mapping */
+    uint8_t *eight = malloc(6 * MiB); /* takes the 12 MiB mapping; its last 4 MiB find the cache full */
+    if (eight == NULL) abort();
+    uint8_t *tail = twelve_map + 8 * MiB;
+    bool took = (uint8_t *)((uintptr_t)eight & ~(uintptr_t)(4 * MiB - 1)) == twelve_map;
+    bool owned = took && sm_check_owned(tail + 100); /* read its header until the fix: SIGSEGV */
+    printf("      the 8 MiB block %s the 12 MiB mapping; its unmapped tail %s\n", took ? "took" : "did not take",
+           owned ? "still reads as the allocator's" : "is not the allocator's");
+    CHECK(took, "expected the new block in the cached 12 MiB mapping (best fit)");
+    CHECK(!owned, "expected sm_check_owned false for the unmapped tail");
+    free(eight);
   }
 }
 
@@ -1986,7 +2066,7 @@ static void case_fork_orphans(void) {
 int main(int argc, char **argv) {
   sm_test_name = "test-purge";
   if (argc < 2) {
-    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|lone|join-tls|cancel|cancel-exit|fork-live|huge-realloc|prefault|adaptive|kind-switch|burst-quiet|cache-quiet|cache-trim-split|cache-split-purge|huge-churn|collect-blocks|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans|mlock-calloc|address-space\n", argv[0]);
+    fprintf(stderr, "usage: %s idle-heap|idle-mixed|thread-churn|delay-0|delay-never|free-only|huge-quiet|madv-free|no-background|background|lone|join-tls|cancel|cancel-exit|fork-live|huge-realloc|prefault|adaptive|kind-switch|burst-quiet|cache-quiet|cache-trim-split|cache-split-purge|cache-take|huge-churn|collect-blocks|resident-first|fullest-first|cached-reuse|idle-race|rounds|cache-rhythm|fork-orphans|mlock-calloc|address-space\n", argv[0]);
     return 2;
   }
   const char *c = argv[1];
@@ -2017,6 +2097,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "cache-quiet")) case_cache_quiet();
   else if (!strcmp(c, "cache-trim-split")) case_cache_trim_split();
   else if (!strcmp(c, "cache-split-purge")) case_cache_split_purge();
+  else if (!strcmp(c, "cache-take")) case_cache_take();
   else if (!strcmp(c, "huge-churn")) case_huge_churn();
   else if (!strcmp(c, "collect-blocks")) case_collect_blocks();
   else if (!strcmp(c, "exchange")) case_exchange();
