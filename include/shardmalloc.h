@@ -57,7 +57,9 @@ SM_EXPORT SM_MALLOC_ATTR SM_ALLOC_SIZE(1) void *sm_malloc_aligned(size_t size, s
 SM_EXPORT SM_MALLOC_ATTR SM_ALLOC_SIZE(1) void *sm_zalloc_aligned(size_t size, size_t alignment);
 SM_EXPORT SM_MALLOC_ATTR SM_ALLOC_SIZE(1, 2) void *sm_calloc_aligned(size_t count, size_t size, size_t alignment);
 SM_EXPORT SM_ALLOC_SIZE(2) void *sm_realloc_aligned(void *p, size_t newsize, size_t alignment);
-/* a block of `size` bytes such that (result + offset) is a multiple of alignment */
+/* a block of `size` bytes such that (result + offset) is a multiple of alignment; NULL/EINVAL for
+ * an offset (mod alignment) with alignments above 4 MiB, and with 4 MiB for an offset above 4 MiB
+ * less a huge block's header (docs/api/alloc.md) */
 SM_EXPORT SM_MALLOC_ATTR SM_ALLOC_SIZE(1) void *sm_malloc_aligned_at(size_t size, size_t alignment, size_t offset);
 
 /* ---- strings ---- */

@@ -229,7 +229,7 @@ SM_PUBLIC struct mallinfo2 mallinfo2(void) {
   fill_mallinfo(&mi.arena, &mi.hblks, &mi.hblkhd, &mi.uordblks, &mi.fordblks);
   return mi;
 }
-SM_PUBLIC struct mallinfo mallinfo(void) { /* the old int fields saturate */
+static struct mallinfo mallinfo_saturated(void) { /* the old int fields saturate */
   struct mallinfo2 m2 = mallinfo2();
   struct mallinfo mi;
   memset(&mi, 0, sizeof mi);
@@ -242,10 +242,15 @@ SM_PUBLIC struct mallinfo mallinfo(void) { /* the old int fields saturate */
 #undef SM_SAT
   return mi;
 }
+SM_PUBLIC struct mallinfo mallinfo(void) { return mallinfo_saturated(); }
+SM_PUBLIC struct mallinfo __libc_mallinfo(void) { return mallinfo_saturated(); }
 #endif
 SM_PUBLIC void malloc_stats(void) { sm_stats_print(); }
+/* glibc returns EINVAL for options it does not know (errno untouched); it has no answer for a NULL
+ * stream (it writes to it), here -1 and EINVAL, as its manual page says of errors */
 SM_PUBLIC int malloc_info(int options, FILE *out) {
-  if (options != 0 || out == NULL) {
+  if (options != 0) return EINVAL;
+  if (out == NULL) {
     errno = EINVAL;
     return -1;
   }
@@ -266,6 +271,7 @@ SM_PUBLIC void *__libc_memalign(size_t alignment, size_t size) { return sm_memal
 SM_PUBLIC void *__libc_valloc(size_t size) { return sm_valloc(size); }
 SM_PUBLIC void *__libc_pvalloc(size_t size) { return sm_pvalloc(size); }
 SM_PUBLIC void __libc_cfree(void *p) { sm_cfree(p); }
+SM_PUBLIC int __libc_mallopt(int param, int value) { return mallopt(param, value); }
 SM_PUBLIC int __posix_memalign(void **out, size_t alignment, size_t size) { return sm_posix_memalign(out, alignment, size); }
 
 /* ---- C++ operator new/delete (mangled names, so no C++ compiler is needed) ----

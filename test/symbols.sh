@@ -22,7 +22,8 @@ section_ok() { printf 'ok    %-58s %s checks\n' "$1" "$2"; }
 
 c_names="malloc free calloc realloc reallocarray aligned_alloc posix_memalign memalign valloc pvalloc
   malloc_usable_size free_sized free_aligned_sized cfree"
-libc_names="__libc_malloc __libc_free __libc_calloc __libc_realloc __libc_memalign __libc_valloc __libc_pvalloc"
+libc_names="__libc_malloc __libc_free __libc_calloc __libc_realloc __libc_memalign __libc_valloc __libc_pvalloc
+  __libc_mallopt __libc_mallinfo"
 sm_names="sm_malloc sm_calloc sm_realloc sm_free sm_malloc_small sm_zalloc sm_mallocn sm_reallocn sm_reallocf
   sm_usable_size sm_good_size sm_malloc_aligned sm_zalloc_aligned sm_calloc_aligned sm_realloc_aligned
   sm_malloc_aligned_at sm_strdup sm_strndup sm_realpath sm_version sm_collect sm_check_owned

@@ -9,6 +9,8 @@
  * buffer, the parser uses static tables, and nothing is printed. */
 #include "sm-test.h"
 
+#include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -507,6 +509,31 @@ int main(int argc, char **argv) {
     CHECK_EQ(c.uordblks, a.uordblks);
     CHECK_EQ(c.hblks, a.hblks);
     CHECK(c.hblkhd <= a.hblkhd, "mmapped back to %zu from %zu", c.hblkhd, a.hblkhd);
+  }
+
+  SECTION("glibc's other names: malloc_info's unknown options return EINVAL (errno untouched), __libc_mallinfo") {
+    FILE *devnull = fopen("/dev/null", "w");
+    CHECK_NONNULL(devnull);
+    if (devnull != NULL) {
+      errno = 1234;
+      int r = malloc_info(1, devnull); /* glibc: `return EINVAL`, not -1 and errno (until 2026-11-28 here) */
+      CHECK(r == EINVAL && errno == 1234, "expected EINVAL returned and errno kept, seen %d and errno %d", r, errno);
+      CHECK_EQ(malloc_info(0, devnull), 0);
+      fclose(devnull);
+    }
+    /* glibc exports its internal names too; a program calling them must reach this allocator */
+    struct mallinfo (*libc_mallinfo)(void) = (struct mallinfo (*)(void))dlsym(RTLD_DEFAULT, "__libc_mallinfo");
+    int (*libc_mallopt)(int, int) = (int (*)(int, int))dlsym(RTLD_DEFAULT, "__libc_mallopt");
+    CHECK(libc_mallinfo != NULL && libc_mallopt != NULL, "expected both names, seen %p and %p", (void *)libc_mallinfo,
+          (void *)libc_mallopt);
+    if (libc_mallinfo != NULL) {
+      void *huge = malloc(40 * MiB);
+      struct mallinfo m = libc_mallinfo();
+      CHECK(m.hblks >= 1 && m.hblkhd >= 40 * (int)MiB, "expected the huge block counted, seen %d blocks of %d bytes", m.hblks,
+            m.hblkhd);
+      free(huge);
+    }
+    if (libc_mallopt != NULL) CHECK_EQ(libc_mallopt(M_ARENA_MAX, 1), 1);
   }
 #endif
 
