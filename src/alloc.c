@@ -62,6 +62,9 @@ static size_t padding_requested(const void *p, size_t usable) {
   smi_track_defined((const uint8_t *)p + usable - 4, 4);
   memcpy(&delta, (const uint8_t *)p + usable - 4, 4);
   smi_track_noaccess((const uint8_t *)p + usable - 4, 4);
+  const sm_segment_t *segment = smi_ptr_segment(p);
+  if (delta == SM_PADDING_DELTA_FAR && segment->kind == SM_SEGMENT_HUGE && segment->huge_requested + SM_PADDING <= usable)
+    return segment->huge_requested;
   return delta >= SM_PADDING && delta <= usable ? usable - delta : usable;
 }
 
@@ -290,19 +293,22 @@ size_t smi_usable_size(const void *p) { return p == NULL ? 0 : padding_usable(p,
 size_t smi_requested_size(const void *p) { return padding_requested(p, usable_raw(p)); }
 
 /* the block's requested size changes in place: rewrite the padding (p is live: checked, or
- * claimed by realloc). NULL, the padding untouched, where the new size does not fit, or leaves
- * more slack than the padding's 32-bit record holds (a huge block shrunk by more than 4 GiB: the
- * record wrapped until 2026-11-28, and a correct sized free of the block was reported) */
+ * claimed by realloc) */
 static void *padding_resize(void *p, size_t newsize) {
   uint8_t *b = p;
   size_t usable = usable_raw(p), size = padding_requested(p, usable);
   (void)size; /* only the memory checkers need it */
-  if (newsize > SM_MAX_ALLOC_SIZE || newsize + SM_PADDING > usable || usable - newsize > UINT32_MAX) return NULL;
+  if (newsize > SM_MAX_ALLOC_SIZE || newsize + SM_PADDING > usable) return NULL;
   smi_track_undefined(b + size, usable - size);
 #if SM_DEBUG
   fill_slack(b, newsize, usable);
 #endif
-  smi_padding_write(b, newsize, usable);
+  if (usable - newsize < SM_PADDING_DELTA_FAR) {
+    smi_padding_write(b, newsize, usable);
+  } else { /* a huge block, 4 GiB or more below its end: until 2026-11-28 the record wrapped */
+    smi_ptr_segment(b)->huge_requested = newsize;
+    smi_padding_write_delta(b, usable, SM_PADDING_DELTA_FAR);
+  }
   smi_track_resize(b, size, newsize);
   smi_track_noaccess(b + newsize, usable - newsize);
   return p;
@@ -551,24 +557,16 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
    * after a shrink in place they still hold what the program wrote. The room is the whole block
    * up to its padding (the debug build's usable size is the requested size). */
   size_t room = SM_CHECK_FREES ? usable_raw(p) - SM_PADDING : usable;
-  if (aligned && newsize <= room && newsize >= room / 2) {
-    void *q = realloc_in_place(p, newsize, usable, zero); /* live again */
-    if (q != NULL) return q; /* else (padded builds) too much slack to record: the mapping shrinks below */
-  }
-  /* A huge block grows by moving pages, not bytes. The padded builds also shrink its mapping
-   * where the slack left in place would be more than the padding records (4 GiB): a copy would
-   * write every byte kept. */
-  bool shrink_mapping = SM_CHECK_FREES && newsize < usable && usable_raw(p) - newsize > UINT32_MAX;
-  if (!SM_TRACK && alignment == 0 && (newsize > usable || shrink_mapping) && newsize > SM_LARGE_OBJ_MAX) {
+  if (aligned && newsize <= room && newsize >= room / 2) return realloc_in_place(p, newsize, usable, zero); /* live again */
+  if (!SM_TRACK && alignment == 0 && newsize > usable && newsize > SM_LARGE_OBJ_MAX) {
     sm_segment_t *segment = smi_ptr_segment(p);
     if (segment->kind == SM_SEGMENT_HUGE && p == smi_page_start(&segment->pages[0]) && smi_heap_keeps(heap, &segment->pages[0])) {
-      uint8_t *q = smi_huge_remap(segment, padded(newsize));
+      uint8_t *q = smi_huge_remap(segment, padded(newsize)); /* a huge block grows by moving pages, not bytes */
       if (q != NULL) {
 #if SM_CHECK_FREES
         padding_resize(q, newsize); /* the padding for the new size, live (the claim was at the old end) */
 #endif
-        if (zero && newsize > usable) memset(q + usable, 0, smi_usable_size(q) - usable);
-        else if (zero) memset(q + newsize, 0, smi_usable_size(q) - newsize); /* what it kept past the new size */
+        if (zero) memset(q + usable, 0, smi_usable_size(q) - usable);
         return q;
       }
     }
@@ -576,10 +574,9 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
   int saved_errno = errno;
   uint8_t *q = any_alloc(heap, newsize, alignment, offset, false);
   if (sm_unlikely(q == NULL)) {
-    void *kept = aligned && newsize <= room ? realloc_in_place(p, newsize, usable, zero) : NULL;
-    if (kept != NULL) {
+    if (aligned && newsize <= room) {
       errno = saved_errno;
-      return kept; /* its new padding is live */
+      return realloc_in_place(p, newsize, usable, zero); /* its new padding is live */
     }
     if (free_on_fail) realloc_free_claimed(p);
     else realloc_unclaim(p);

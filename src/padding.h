@@ -18,10 +18,18 @@
 
 static inline uint32_t smi_canary_of(const void *p) { return (uint32_t)(uintptr_t)p ^ (uint32_t)smi_read_mostly.secret; }
 
-/* b: the pointer handed out; usable: bytes from b to the end of its block */
-static inline void smi_padding_write(uint8_t *b, size_t size, size_t usable) {
-  uint64_t word = smi_canary_of(b) | (uint64_t)(usable - size) << 32;
+/* b: the pointer handed out; usable: bytes from b to the end of its block; delta: usable less
+ * the requested size, or SM_PADDING_DELTA_FAR */
+static inline void smi_padding_write_delta(uint8_t *b, size_t usable, uint32_t delta) {
+  uint64_t word = smi_canary_of(b) | (uint64_t)delta << 32;
   memcpy(b + usable - SM_PADDING, &word, 8);
+}
+/* delta's record of a slack it cannot hold (a huge block resized in place to 4 GiB or more below
+ * its end): the requested size is then in the segment header (huge_requested) */
+#define SM_PADDING_DELTA_FAR UINT32_MAX
+/* malloc's write: its slack is at most a segment */
+static inline void smi_padding_write(uint8_t *b, size_t size, size_t usable) {
+  smi_padding_write_delta(b, usable, (uint32_t)(usable - size));
 }
 
 /* what the canary's place holds (no checker annotations: callers in memory-checker builds use the

@@ -1298,7 +1298,7 @@ void smi_huge_fork_child(sm_heap_t *heap) {
 static void *huge_remap_unlinked(sm_segment_t *segment, size_t newsize);
 
 /* Grow a huge block without copying it: into the resident cached mapping right after it, or by
- * moving its pages (mremap); or shrink it so (the padded builds, alloc.c). Only plain huge segments. Returns the block's new address, or NULL
+ * moving its pages (mremap). Only plain huge segments. Returns the block's new address, or NULL
  * (block untouched). */
 void *smi_huge_remap(sm_segment_t *segment, size_t newsize) {
   if (segment->kind != SM_SEGMENT_HUGE || (uint8_t *)segment != segment->map_start) return NULL;

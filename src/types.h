@@ -185,6 +185,8 @@ typedef struct sm_segment_s {
   size_t used;          /* pages in use */
   uint64_t span_map;    /* large segments: a bit per 64 KiB slot that an in-use page covers */
   size_t span_free_max; /* large segments: the longest run of unused slots (a quick skip) */
+  size_t huge_requested; /* padded builds, huge blocks: the requested size, where the padding's
+                          * 32-bit record cannot hold the slack past it (alloc.c, padding_resize) */
   size_t size;          /* bytes from the segment start to its end */
   uint8_t *map_start;   /* the OS mapping (differs from the segment for over-aligned huge blocks) */
   size_t map_size;
