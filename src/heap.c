@@ -248,9 +248,20 @@ void smi_heap_collect(sm_heap_t *heap, bool force) {
   else smi_segment_cache_purge_all();
 }
 
-/* Thread exit: detach every page from the heap so that later frees go to the pages themselves,
- * then abandon the segments still holding live blocks. */
+static void heap_part_absorb(sm_heap_t *into, sm_heap_t *part);
+static void heap_part_release(sm_heap_t *part);
+
+/* Thread exit (heap lock held): detach every page from the heap so that later frees go to the
+ * pages themselves, then abandon the segments still holding live blocks. A part that other
+ * threads allocated from (the heap handed to them by sm_heap_get_backing) goes with it: until
+ * 2026-11-28 nothing released it, and each such thread left a segment mapped for good. */
 void smi_heap_abandon(sm_heap_t *heap) {
+  sm_heap_t *shared = __atomic_exchange_n(&heap->shared, NULL, __ATOMIC_ACQ_REL);
+  if (shared != NULL) {
+    smi_heap_lock(shared);
+    heap_part_absorb(heap, shared);
+    heap_part_release(shared);
+  }
   smi_heap_delayed_free(heap);
   for (size_t bin = 0; bin <= SM_BIN_FULL; bin++) {
     for (sm_page_t *page = heap->pages[bin].first; page != NULL; page = page->next) {
@@ -374,20 +385,20 @@ static void heap_part_release(sm_heap_t *part) {
   smi_thread_data_free((sm_thread_data_t *)part);
 }
 
+/* Made without the heap's lock: a thread holding it while it waited for the pool's lock (taken
+ * by heap_part_new) could be caught so by another thread's fork, where nothing takes a thread's
+ * own heap lock first (smi_heaps_fork_lock), and the child would find that heap locked for good.
+ * Of two threads making it at once, one installs its part and the other gives its own back. */
 sm_heap_t *smi_heap_shared_part(sm_heap_t *heap) {
   sm_heap_t *shared = __atomic_load_n(&heap->shared, __ATOMIC_ACQUIRE);
   if (sm_likely(shared != NULL)) return shared;
-  smi_heap_lock(heap);
-  shared = heap->shared;
-  if (shared == NULL) {
-    shared = heap_part_new(SM_HEAP_SHARED, smi_new_owner_id());
-    if (shared != NULL) {
-      shared->parent = heap;
-      shared->tld->arena_id = heap->tld->arena_id;
-      __atomic_store_n(&heap->shared, shared, __ATOMIC_RELEASE);
-    }
-  }
-  smi_heap_unlock(heap);
+  sm_heap_t *made = heap_part_new(SM_HEAP_SHARED, smi_new_owner_id());
+  if (made == NULL) return NULL;
+  made->parent = heap;
+  made->tld->arena_id = heap->tld->arena_id;
+  if (__atomic_compare_exchange_n(&heap->shared, &shared, made, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return made;
+  smi_heap_lock(made);
+  heap_part_release(made);
   return shared;
 }
 

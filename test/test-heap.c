@@ -29,6 +29,40 @@ typedef struct {
   size_t nseen;
 } visit_t;
 
+/* a thread that hands its backing heap to another and ends when told */
+typedef struct {
+  _Atomic(sm_heap_t *) heap;
+  _Atomic int may_end;
+} backing_lender_t;
+static void *backing_lend(void *arg) {
+  backing_lender_t *l = arg;
+  sm_free(sm_malloc(32)); /* its heap in use */
+  atomic_store(&l->heap, sm_heap_get_backing());
+  while (!atomic_load(&l->may_end)) sched_yield();
+  return NULL;
+}
+/* allocates 500 blocks from another thread's backing heap, frees all but `n` (kept, patterned) */
+typedef struct {
+  sm_heap_t *heap;
+  void **kept;
+  int n;
+  unsigned seed;
+} borrower_t;
+static void *backing_borrow(void *arg) {
+  borrower_t *b = arg;
+  void *p[500];
+  for (int i = 0; i < 500; i++) p[i] = sm_heap_malloc(b->heap, 112 + (size_t)(i % 40) * 24); /* kept ones: 100 bytes patterned */
+  for (int i = 0; i < 500; i++) {
+    if (i < b->n && p[i] != NULL) {
+      b->kept[i] = p[i];
+      fill_pattern(p[i], 100, (uint64_t)b->seed * (uint64_t)b->n + (uint64_t)i);
+    } else {
+      sm_free(p[i]);
+    }
+  }
+  return NULL;
+}
+
 static bool count_visitor(const sm_heap_t *heap, const sm_heap_area_t *area, void *block, size_t size, void *arg) {
   (void)heap;
   visit_t *v = arg;
@@ -342,6 +376,40 @@ int main(void) {
     sm_heap_visit_blocks(heap, true, count_visitor, &v);
     CHECK_EQ(v.blocks, 0);
     sm_heap_delete(heap);
+  }
+
+  SECTION("other threads allocate from a thread's backing heap: that part ends with the thread, its live blocks stay valid") {
+    /* until 2026-11-28 the part they used was never released: a segment a round stayed mapped */
+    enum { ROUNDS = 24, KEPT = 3 };
+    static void *kept[ROUNDS][KEPT];
+    sm_collect(true);
+    size_t before = stats_current("segments");
+    for (int round = 0; round < ROUNDS; round++) {
+      backing_lender_t lender;
+      atomic_init(&lender.heap, NULL);
+      atomic_init(&lender.may_end, 0);
+      pthread_t a, b;
+      pthread_create(&a, NULL, backing_lend, &lender);
+      while (atomic_load(&lender.heap) == NULL) sched_yield();
+      borrower_t borrower = {atomic_load(&lender.heap), kept[round], KEPT, (unsigned)round};
+      pthread_create(&b, NULL, backing_borrow, &borrower);
+      pthread_join(b, NULL);
+      atomic_store(&lender.may_end, 1);
+      pthread_join(a, NULL);
+    }
+    size_t bad = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+      for (int i = 0; i < KEPT; i++) {
+        if (kept[round][i] == NULL || verify_pattern(kept[round][i], 100, (uint64_t)round * KEPT + (uint64_t)i) != (size_t)-1) bad++;
+        sm_free(kept[round][i]);
+      }
+    }
+    CHECK(bad == 0, "expected the blocks kept across their lender's end intact, %zu damaged", bad);
+    sm_collect(true); /* adopts the ended threads' segments, empty now, and gives them back */
+    size_t after = stats_current("segments");
+    printf("      segments: %zu before, %zu after %d rounds\n", before, after, ROUNDS);
+    CHECK(after <= before + 4, "expected the lenders' parts released, seen %zu segments after %d rounds (%zu before)", after,
+          ROUNDS, before);
   }
 
   SECTION("delete while another thread frees the heap's huge blocks: the next heap's list of huge blocks stays right") {
