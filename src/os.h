@@ -60,10 +60,9 @@ bool smi_os_single_threaded(void); /* known to have had one thread only, without
  * smi_os_barrier_init registers for it once; both return false where the OS cannot do it. */
 bool smi_os_barrier_init(void);
 bool smi_os_barrier_all(void);
-/* getenv without allocation, ignoring the environment in setuid/setgid programs */
-const char *smi_os_getenv(const char *name);
-/* the environment to scan (for names matched without regard to case); NULL where smi_os_getenv
- * would ignore it (setuid/setgid programs) */
+/* the environment to scan (for names matched without regard to case), without allocation; NULL
+ * in setuid/setgid programs, which ignore it (as secure_getenv). Before libc has set `environ`,
+ * the options' entries of the process's starting environment. */
 char **smi_os_environ(void);
 /* page size and the random start of segment addresses (random: a word of its own from getrandom) */
 void smi_os_init(uint64_t random);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -366,17 +367,52 @@ size_t smi_os_thread_count(void) {
   return threads;
 }
 
-const char *smi_os_getenv(const char *name) {
-  if (getauxval(AT_SECURE)) return NULL; /* as secure_getenv: setuid programs ignore it */
-  if (environ == NULL) return NULL;
-  size_t len = strlen(name);
-  for (char **e = environ; *e != NULL; e++) {
-    if (strncmp(*e, name, len) == 0 && (*e)[len] == '=') return *e + len + 1;
-  }
-  return NULL;
+/* libc sets `environ` as it starts, after the executable's preinit_array has run, and a first
+ * malloc can come from there (the sanitizer runtimes' does): the options then come from the
+ * environment the process started with, /proc/self/environ, of which the entries the options
+ * read (SHARDMALLOC_*, MIMALLOC_*, any case) are kept here. Until 2026-11-28 the options were
+ * read from no environment then, silently. */
+static char os_early_env_text[4096];
+static char *os_early_env[64];
+
+static bool os_env_wanted(const char *entry, size_t len) {
+  return (len >= 12 && strncasecmp(entry, "SHARDMALLOC_", 12) == 0) || (len >= 9 && strncasecmp(entry, "MIMALLOC_", 9) == 0);
 }
 
-char **smi_os_environ(void) { return getauxval(AT_SECURE) ? NULL : environ; }
+static char **os_early_environ(void) {
+  int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/environ", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  char chunk[1024], entry[512];
+  size_t len = 0, used = 0, count = 0;
+  bool too_long = false;
+  ssize_t n;
+  while ((n = (ssize_t)syscall(SYS_read, fd, chunk, sizeof chunk)) > 0) {
+    for (ssize_t i = 0; i < n; i++) {
+      if (chunk[i] != 0) { /* an entry longer than `entry` is no option of ours */
+        if (len < sizeof entry - 1) entry[len++] = chunk[i];
+        else too_long = true;
+        continue;
+      }
+      if (!too_long && os_env_wanted(entry, len) && used + len + 1 <= sizeof os_early_env_text &&
+          count + 1 < sizeof os_early_env / sizeof os_early_env[0]) {
+        memcpy(os_early_env_text + used, entry, len);
+        os_early_env_text[used + len] = 0;
+        os_early_env[count++] = os_early_env_text + used;
+        used += len + 1;
+      }
+      len = 0;
+      too_long = false;
+    }
+  }
+  syscall(SYS_close, fd);
+  os_early_env[count] = NULL;
+  return os_early_env;
+}
+
+char **smi_os_environ(void) {
+  if (getauxval(AT_SECURE)) return NULL; /* as secure_getenv: setuid programs ignore it */
+  return environ != NULL ? environ : os_early_environ();
+}
 
 
 static char *os_append(char *dst, char *end, const char *s) {

@@ -1,7 +1,8 @@
 /* test-firstcall: every entry point works as the very first call into the allocator, before any
  * constructor has run (DROPIN 14).  The call is made from the executable's .preinit_array, which
  * the dynamic loader runs before the initialisers of every shared library (shardmalloc's too).
- * The program runs itself once per entry point (SM_FIRST=<name>), so each is really first. */
+ * The program runs itself once per entry point (SM_FIRST=<name>), so each is really first, with
+ * SHARDMALLOC_PURGE_DELAY=77 in its environment: the options are read then too. */
 #include "sm-test.h"
 
 #include <dlfcn.h>
@@ -112,6 +113,12 @@ int main(int argc, char **argv) {
       }
       free(first_block);
     }
+    /* the options came from the environment, although libc had not set `environ` yet (until
+     * 2026-11-28 they were read from no environment then, silently) */
+    if (sm_option_get(sm_option_purge_delay) != 77) {
+      printf("first call %s: SHARDMALLOC_PURGE_DELAY=77 not read (purge_delay %ld)\n", first, sm_option_get(sm_option_purge_delay));
+      return 1;
+    }
     /* and everything works afterwards */
     void *q = malloc(1000);
     if (!q || !sm_check_owned(q)) return 1;
@@ -126,7 +133,10 @@ int main(int argc, char **argv) {
       fflush(stdout);
       pid_t pid = fork();
       if (pid == 0) {
-        char *env[] = {envbuf, NULL};
+        /* the library preloaded here (the secure and debug suites) is the one under test there too */
+        char preload[4096] = "";
+        if (getenv("LD_PRELOAD") != NULL) snprintf(preload, sizeof preload, "LD_PRELOAD=%s", getenv("LD_PRELOAD"));
+        char *env[] = {envbuf, "SHARDMALLOC_PURGE_DELAY=77", preload[0] ? preload : NULL, NULL};
         execve("/proc/self/exe", argv, env);
         _exit(127);
       }
