@@ -424,6 +424,10 @@ void smi_mem_free(void *p, size_t size, size_t purged) {
 /* NULL for arena and pinned memory (the caller copies) */
 void *smi_mem_remap(void *p, size_t old_size, size_t new_size, size_t alignment) {
   if (new_size > old_size && !mem_limit_allows(new_size - old_size)) return NULL;
+  if (new_size > old_size && !os_alloc_allowed()) { /* growing maps OS memory too (until 2026-11-28 it did, set at run time) */
+    tell_refusal(false, new_size - old_size);
+    return NULL;
+  }
   if (arena_of(p) != NULL) return NULL;
   void *q = smi_os_remap_aligned(p, old_size, new_size, alignment, SM_UNMAP_GRACE);
   if (q == NULL) return NULL;

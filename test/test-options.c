@@ -237,6 +237,28 @@ static int child_limit(void) {
     CHECK_NULL(malloc(opaque_size(100 * MiB)));
     CHECK_ERRNO(ENOMEM);
   }
+  SECTION("disallow_os_alloc set at run time: huge blocks neither grow nor take a cached mapping with fresh OS memory") {
+    /* both grew with mremap until 2026-11-28 (within the 64 MiB limit here, so only the option
+     * can refuse them) */
+    uint8_t *block = malloc(opaque_size(8 * MiB)), *cached = malloc(opaque_size(8 * MiB));
+    CHECK(block != NULL && cached != NULL, "expected two 8 MiB blocks");
+    if (block != NULL && cached != NULL) {
+      memset(block, 3, 8 * MiB);
+      free(cached); /* its mapping waits in the cache */
+      sm_option_set(sm_option_disallow_os_alloc, 1);
+      errno = 0;
+      CHECK_NULL(realloc(block, opaque_size(40 * MiB)));
+      CHECK_ERRNO(ENOMEM);
+      CHECK(block[0] == 3 && block[8 * MiB - 1] == 3, "expected the block intact after the refused growth");
+      errno = 0;
+      CHECK_NULL(malloc(opaque_size(30 * MiB)));
+      CHECK_ERRNO(ENOMEM);
+      sm_option_set(sm_option_disallow_os_alloc, 0);
+      uint8_t *grown = realloc(block, opaque_size(40 * MiB));
+      CHECK_NONNULL(grown);
+      free(grown != NULL ? grown : block);
+    }
+  }
   return sm_test_summary();
 }
 
