@@ -27,33 +27,38 @@ void smi_heap_init(sm_heap_t *heap, sm_tld_t *tld, uintptr_t thread_id) {
   heap->random = x ^ (x >> 31);
 }
 
-/* The next block of a heap's delayed list (its blocks belong to any page). In the checked builds
- * a link that does not lead into a live page is reported, never followed. */
-static sm_block_t *delayed_next(sm_page_t *page, sm_block_t *block) {
-  sm_block_t *next = smi_block_next(page, block);
+/* The next block of a heap's delayed list (its blocks belong to any page), in *next. In the checked
+ * builds a link that does not lead to a block start of a live page is reported, never followed,
+ * and false returned: the walk ends, and `block` itself stays allocated, as the pop leaves a block
+ * whose link is bad (it may be a live block that a forged link led to: until 2026-11-28 it was
+ * freed after the report, and handed out twice). */
+static bool delayed_next(sm_page_t *page, sm_block_t *block, sm_block_t **next) {
+  *next = smi_block_next(page, block);
 #if SM_CHECK_FREES
-  if (next != NULL) {
-    sm_segment_t *segment = smi_ptr_segment(next);
+  if (*next != NULL) {
+    sm_segment_t *segment = smi_ptr_segment(*next);
     const sm_page_t *next_page = NULL;
     if (smi_segment_is_registered(segment) && segment->kind != SM_SEGMENT_HUGE)
-      next_page = smi_segment_page_of(segment, next);
-    if (next_page == NULL || !next_page->in_use || !smi_page_link_ok(next_page, next)) {
+      next_page = smi_segment_page_of(segment, *next);
+    if (next_page == NULL || !next_page->in_use || !smi_page_block_start(next_page, (uintptr_t)*next)) {
       smi_page_list_corrupted(page, block);
-      return NULL;
+      return false;
     }
   }
+#else
+  (void)page;
 #endif
-  return next;
+  return true;
 }
 
 /* Blocks that other threads freed into our full pages. Each is freed as the owner would, which
  * moves its page out of the full queue. */
 void smi_heap_delayed_free(sm_heap_t *heap) {
-  sm_block_t *block = atomic_exchange_explicit(&heap->thread_delayed_free, NULL, memory_order_acquire);
+  sm_block_t *block = atomic_exchange_explicit(&heap->thread_delayed_free, NULL, memory_order_acquire), *next;
   while (block != NULL) {
     sm_segment_t *segment = smi_ptr_segment(block);
     sm_page_t *page = smi_segment_page_of(segment, block);
-    sm_block_t *next = delayed_next(page, block);
+    if (!delayed_next(page, block, &next)) break;
     smi_page_collect(page); /* keep `used` exact so an emptied page is noticed */
     smi_free_block_local(page, block);
     block = next;
@@ -161,7 +166,8 @@ void smi_heap_collect_idle(sm_heap_t *heap) {
   sm_block_t *keep = NULL, *keep_last = NULL;
   while (block != NULL) {
     sm_page_t *page = smi_segment_page_of(smi_ptr_segment(block), block);
-    sm_block_t *next = delayed_next(page, block);
+    sm_block_t *next;
+    if (!delayed_next(page, block, &next)) break;
     if (page->flags.x.in_full) {
       smi_block_set_next(page, block, page->local_free);
       page->local_free = block;

@@ -650,7 +650,10 @@ static void page_reuse_from_random(sm_page_t *page, uint64_t r, uint32_t waiting
   if (head == NULL) return;
   for (uint64_t skip = r % SM_SHUFFLE_GROUP; skip > 0; skip--) {
     sm_block_t *next = smi_block_next(page, pick);
-    if (next == NULL || !smi_page_link_ok(page, next)) break; /* a bad link is reported when popped */
+    /* only to a block whose own link is good, as that link moves: a bad one (reported when
+     * popped) moved to `before` would hide a forged link to a live block, handed out then twice
+     * (a one-bit write after free did so until 2026-11-28) */
+    if (next == NULL || !smi_page_block_start(page, (uintptr_t)next) || !smi_page_link_ok(page, smi_block_next(page, next))) break;
     before = pick;
     pick = next;
   }

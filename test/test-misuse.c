@@ -14,6 +14,8 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 
+#include "shardmalloc.h" /* the option names; the calls go through dlsym */
+
 static char global_buf[64];
 static void *thread_free(void *p) {
   free(p);
@@ -34,9 +36,65 @@ static void churn_other_class(void) { /* traffic in a size class different from 
   for (int i = 0; i < 2000; i++) free(malloc(3000));
 }
 
+
+/* A one-bit write after free into a freed block's list link makes it lead to a live neighbour of
+ * 128 bytes away (the debug build keeps links in the first word, the secure build in the last,
+ * 120 here: both bytes are flipped). Reported when the list is walked; until 2026-11-28 the
+ * delayed list's walk freed that live block after the report, and the secure build's random
+ * reuse relinked it: it was handed out twice. Returns 3 where a block is held twice. */
+typedef struct {
+  char *p;
+  size_t n;
+} held_t;
+static int held_cmp(const void *a, const void *b) {
+  const held_t *x = a, *y = b;
+  return x->p < y->p ? -1 : x->p > y->p;
+}
+static void forge_link(char *freed) {
+  ((volatile char *)freed)[0] ^= (char)0x80;
+  ((volatile char *)freed)[120] ^= (char)0x80;
+}
+static int forged_link(const char *c) {
+  void (*set)(int, long) = (void (*)(int, long))dlsym(RTLD_DEFAULT, "sm_option_set");
+  if (set != NULL) set(sm_option_abort_on_error, 0); /* on after the report: the hand-out is what is tested */
+  enum { N = 3000 };
+  static char *v[N];
+  static bool gone[N];
+  for (int i = 0; i < N; i++) v[i] = malloc(120); /* 128-byte blocks, full pages */
+  if (!strcmp(c, "forged-link-delayed")) { /* another thread frees two blocks of full pages: the delayed list */
+    for (int k = 0; k < 2; k++) {
+      pthread_t t;
+      pthread_create(&t, NULL, thread_free, v[300 + 1200 * k]);
+      pthread_join(t, NULL);
+      gone[300 + 1200 * k] = true;
+    }
+    forge_link(v[1500]);
+  } else { /* the owner frees pairs in one page, to be reused from a random one */
+    for (int j = 200, pairs = 0; j + 50 < N && pairs < 8; j += 400) {
+      if (((uintptr_t)v[j] >> 16) != ((uintptr_t)v[j + 50] >> 16)) continue;
+      free(v[j]);
+      free(v[j + 50]);
+      gone[j] = gone[j + 50] = true;
+      forge_link(v[j + 50]);
+      pairs++;
+    }
+  }
+  static held_t held[2 * N];
+  size_t n = 0;
+  for (int i = 0; i < N; i++) held[n++] = (held_t){malloc(120), 120};
+  for (int i = 0; i < N; i++)
+    if (!gone[i]) held[n++] = (held_t){v[i], 120};
+  qsort(held, n, sizeof held[0], held_cmp);
+  for (size_t i = 1; i < n; i++)
+    if (held[i].p != NULL && held[i - 1].p + held[i - 1].n > held[i].p) return 3;
+  return 0;
+}
+
 static void misuse(const char *c) {
   volatile char *p = malloc(100);
-  if (!strcmp(c, "double-free")) {
+  if (!strncmp(c, "forged-link-", 12)) {
+    exit(forged_link(c));
+  } else if (!strcmp(c, "double-free")) {
     free((void *)p);
     free((void *)p);
   } else if (!strcmp(c, "double-free-delayed")) {
@@ -186,7 +244,8 @@ static const char *const cases[] = {"double-free", "double-free-delayed", "doubl
                                     "usable-size-freed-huge", "expand-freed", "write-past-end", "write-after-free-large",
                                     "write-after-page-release", "write-after-free-small-page",
                                     "write-after-free", "write-zero-after-free", "write-after-remote-free",
-                                    "write-after-delayed-free", "free-after-heap-destroy"};
+                                    "write-after-delayed-free", "free-after-heap-destroy", "forged-link-delayed",
+                                    "forged-link-reuse"};
 
 /* what the report must say where the misuse is to be caught at the bad call itself, not later
  * (a corrupted list found by a later malloc also reports, but too late to name the culprit) */
