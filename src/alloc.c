@@ -62,9 +62,10 @@ static size_t padding_requested(const void *p, size_t usable) {
   smi_track_defined((const uint8_t *)p + usable - 4, 4);
   memcpy(&delta, (const uint8_t *)p + usable - 4, 4);
   smi_track_noaccess((const uint8_t *)p + usable - 4, 4);
-  const sm_segment_t *segment = smi_ptr_segment(p);
-  if (delta == SM_PADDING_DELTA_FAR && segment->kind == SM_SEGMENT_HUGE && segment->huge_requested + SM_PADDING <= usable)
-    return segment->huge_requested;
+  if (delta == SM_PADDING_DELTA_FAR) { /* a huge block's slack of 4 GiB or more (padding_resize) */
+    const sm_segment_t *segment = smi_ptr_segment(p);
+    if (segment->kind == SM_SEGMENT_HUGE && segment->huge_requested + SM_PADDING <= usable) return segment->huge_requested;
+  }
   return delta >= SM_PADDING && delta <= usable ? usable - delta : usable;
 }
 

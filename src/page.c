@@ -653,10 +653,7 @@ static void page_reuse_from_random(sm_page_t *page, uint64_t r, uint32_t waiting
     /* only to a block whose own link is good, as that link moves: a bad one (reported when
      * popped) moved to `before` would hide a forged link to a live block, handed out then twice
      * (a one-bit write after free did so until 2026-11-28) */
-    uint64_t offset = (uint64_t)((uintptr_t)next - (uintptr_t)smi_page_start(page)); /* block start: free.c's test */
-    if (next == NULL || offset >= smi_page_carved(page) || offset * page->block_magic >= page->block_magic ||
-        !smi_page_link_ok(page, smi_block_next(page, next)))
-      break;
+    if (next == NULL || !smi_page_block_start(page, (uintptr_t)next) || !smi_page_link_ok(page, smi_block_next(page, next))) break;
     before = pick;
     pick = next;
   }
