@@ -56,17 +56,22 @@ static size_t padded(size_t size) { return size > SM_MAX_ALLOC_SIZE ? SIZE_MAX :
  * into the OOM killer instead of returning a lazy block). */
 static bool huge_zeroed(size_t size, bool zero) { return zero && padded(size) > SM_LARGE_OBJ_MAX; }
 
+/* the requested size that delta records for a block of `usable` bytes at p (the whole span if
+ * it does not fit) */
+static size_t requested_of(const void *p, size_t usable, uint32_t delta) {
+  if (delta == SM_PADDING_DELTA_FAR) { /* a huge block's slack of 4 GiB or more (padding_resize) */
+    const sm_segment_t *segment = smi_ptr_segment(p);
+    if (segment->kind == SM_SEGMENT_HUGE && segment->huge_requested + SM_PADDING <= usable) return segment->huge_requested;
+  }
+  return delta >= SM_PADDING && delta <= usable ? usable - delta : usable;
+}
 /* the requested size recorded in p's padding (the whole span if the record is damaged) */
 static size_t padding_requested(const void *p, size_t usable) {
   uint32_t delta;
   smi_track_defined((const uint8_t *)p + usable - 4, 4);
   memcpy(&delta, (const uint8_t *)p + usable - 4, 4);
   smi_track_noaccess((const uint8_t *)p + usable - 4, 4);
-  if (delta == SM_PADDING_DELTA_FAR) { /* a huge block's slack of 4 GiB or more (padding_resize) */
-    const sm_segment_t *segment = smi_ptr_segment(p);
-    if (segment->kind == SM_SEGMENT_HUGE && segment->huge_requested + SM_PADDING <= usable) return segment->huge_requested;
-  }
-  return delta >= SM_PADDING && delta <= usable ? usable - delta : usable;
+  return requested_of(p, usable, delta);
 }
 
 /* the usable size: the requested size where it is reported exactly, else up to the canary */
@@ -244,25 +249,41 @@ __attribute__((always_inline)) static inline void *padding_finish(void *p, size_
   return p;
 }
 
-/* at free: report an overflow past the usable size, naming the first overwritten byte (free's
- * fast path tests smi_padding_intact first) */
+/* at free: report an overflow past the usable size, naming the first overwritten byte, or an
+ * underflow from the block after into the size record (free's fast path tests
+ * smi_padding_intact first) */
 bool smi_padding_check(const void *p, size_t block_size, bool claimed, smi_call_t call) {
   (void)call; /* the builds that claim frees name it in a report of a race */
   const uint8_t *b = p;
-  size_t usable = usable_raw(p), size = padding_requested(p, usable), canary_at = usable - SM_PADDING;
-  size_t from = size < canary_at ? size : canary_at; /* the padding (size == usable: record damaged) */
-  (void)from;                                        /* memory-checker builds only */
-  smi_track_defined(b + from, usable - from);
-  size_t bad = SIZE_MAX;
+  size_t usable = usable_raw(p), canary_at = usable - SM_PADDING;
+  smi_track_defined(b + canary_at, SM_PADDING);
+  uint64_t word = smi_padding_word(p, usable);
+  smi_track_noaccess(b + canary_at, SM_PADDING);
+  /* The canary half tells the delta malloc bound it to. Where that one fits the block and the
+   * delta half differs, the canary is intact and the record was overwritten from below (a
+   * contiguous overflow meets the canary first): by a write before the block after. (A huge
+   * block has no block after; a canary half an overflow wrote fits by chance, at odds of the
+   * block size in 4 GiB.) A claimed canary half is the freed mark, which tells nothing. */
+  uint32_t bound = smi_padding_bound((uint32_t)word, smi_canary_of(p));
+  bool underflow = !claimed && bound != smi_padding_delta(word) && smi_ptr_segment(p)->kind != SM_SEGMENT_HUGE &&
+                   requested_of(p, usable, bound) != usable; /* it fits */
+  size_t size = underflow ? requested_of(p, usable, bound) : padding_requested(p, usable), bad = SIZE_MAX;
+  if (underflow) { /* the record's lowest byte that differs from the one bound to the canary */
+    for (bad = canary_at + 4; ((const uint8_t *)&bound)[bad - canary_at - 4] == (uint8_t)(word >> 8 * (bad - canary_at));) bad++;
+  } else {
+    size_t from = size < canary_at ? size : canary_at; /* the padding (size == usable: record damaged) */
+    (void)from;                                        /* memory-checker builds only */
+    smi_track_defined(b + from, usable - from);
 #if SM_DEBUG
-  if (size < canary_at) bad = first_unlike(b, size, slack_end(b, size, canary_at), SM_FILL_SLACK);
+    if (size < canary_at) bad = first_unlike(b, size, slack_end(b, size, canary_at), SM_FILL_SLACK);
 #endif
-  uint32_t canary = smi_canary_of(p);
-  for (size_t i = 0; bad == SIZE_MAX && !claimed && i < 4; i++) {
-    if (b[canary_at + i] != ((const uint8_t *)&canary)[i]) bad = canary_at + i;
+    uint32_t canary = smi_padding_bound(smi_canary_of(p), smi_padding_delta(word));
+    for (size_t i = 0; bad == SIZE_MAX && !claimed && i < 4; i++) {
+      if (b[canary_at + i] != ((const uint8_t *)&canary)[i]) bad = canary_at + i;
+    }
+    if (bad == SIZE_MAX && size == usable) bad = usable - 4; /* the size record itself */
+    smi_track_noaccess(b + from, usable - from);
   }
-  if (bad == SIZE_MAX && size == usable) bad = usable - 4; /* the size record itself */
-  smi_track_noaccess(b + from, usable - from);
   if (bad == SIZE_MAX) return true;
 #if SM_CLAIM_FREES
   /* another thread's free claimed the block while this one checked it (its debug fill reaches the
@@ -274,8 +295,16 @@ bool smi_padding_check(const void *p, size_t block_size, bool claimed, smi_call_
     return false;
   }
 #endif
-  smi_error(EFAULT, "buffer overflow in block %p (requested %zu bytes, usable %zu, block size %zu): byte %zu was overwritten",
-            p, size, padding_usable(p, usable), block_size, bad);
+  if (underflow)
+    smi_error(EFAULT, "buffer underflow into block %p (requested %zu bytes, block size %zu): byte %zu, in its size record, "
+              "was overwritten by a write before the block after it, %p", p, size, block_size, bad, (const void *)(b + usable));
+  else if (size == usable && !claimed) /* both halves: from either side */
+    smi_error(EFAULT, "buffer overflow in block %p (block size %zu): its canary and size record, bytes %zu to %zu, were "
+              "overwritten, by a write past its end or before the block after it, %p", p, block_size, canary_at, usable - 1,
+              (const void *)(b + usable));
+  else
+    smi_error(EFAULT, "buffer overflow in block %p (requested %zu bytes, usable %zu, block size %zu): byte %zu was overwritten",
+              p, size, padding_usable(p, usable), block_size, bad);
   return false;
 }
 
@@ -521,7 +550,7 @@ static void *realloc_in_place(void *p, size_t newsize, size_t usable, bool zero)
 /* realloc claims p at its checks (smi_block_check_live) in the builds that claim frees */
 static void realloc_unclaim(void *p) { /* p stays (no memory for its move) */
 #if SM_CLAIM_FREES
-  smi_padding_store_mark(p, usable_raw(p), smi_canary_of(p));
+  smi_padding_store_mark(p, usable_raw(p), smi_padding_live_canary(p, usable_raw(p)));
 #else
   (void)p;
 #endif

@@ -184,8 +184,9 @@ static sm_page_t *block_validate(const void *p, bool claim, smi_call_t call) {
   if (lead != 0 && !smi_padding_intact(p, page->block_size - lead)) {
     /* a page that handed out aligned pointers takes any pointer into a block for one, but only
      * the one handed out has the canary at the block's end, and the canary names it */
-    uint32_t stored = smi_padding_canary(p, page->block_size - lead);
-    uintptr_t named = ((uintptr_t)p & ~(uintptr_t)UINT32_MAX) | (stored ^ (uint32_t)smi_read_mostly.secret);
+    uint64_t word = smi_padding_word(p, page->block_size - lead);
+    uint32_t own = smi_padding_bound((uint32_t)word, smi_padding_delta(word)); /* unbound again */
+    uintptr_t named = ((uintptr_t)p & ~(uintptr_t)UINT32_MAX) | (own ^ (uint32_t)smi_read_mostly.secret);
     if (named >= (uintptr_t)block && named < (uintptr_t)block + page->block_size && named != (uintptr_t)p) {
       smi_error(EINVAL, "%s of an interior pointer %p (block %p of size %zu, handed out as %p)", name, p,
                 (const void *)block, page->block_size, (void *)named);
@@ -200,9 +201,9 @@ static sm_page_t *block_validate(const void *p, bool claim, smi_call_t call) {
    * release could meet the mapping handed out again. */
   if (claim) {
     size_t usable = page->block_size - lead;
-    if (smi_padding_claim((void *)p, usable, smi_canary_of(p))) {
+    if (smi_padding_claim((void *)p, usable)) {
       if (smi_padding_check(p, page->block_size, true, call)) return page;
-      smi_padding_store_mark((void *)p, usable, smi_canary_of(p)); /* an overflow: the block stays allocated */
+      smi_padding_store_mark((void *)p, usable, smi_padding_live_canary(p, usable)); /* an overflow: the block stays allocated */
       return NULL;
     }
     /* the canary is gone: another thread claimed the block (told at once, as its release may
@@ -272,14 +273,13 @@ static inline __attribute__((always_inline)) sm_page_t *free_check_fast(const vo
     size_t limit = smi_page_carved(page); /* carved blocks span [start, start + limit) */
     uintptr_t offset = (uintptr_t)p - start;       /* p below start wraps above limit */
     uint64_t magic = page->block_magic;
-    /* claim (atomic_free): the canary itself, taken with a compare-and-swap (padding.h) */
-    uint32_t canary = claim ? smi_canary_of(p)
-                            : (uint32_t)(uintptr_t)p ^ (uint32_t)__atomic_load_n(&smi_read_mostly.free_secret, __ATOMIC_RELAXED);
+    /* the block's own canary (free_secret: not while a secure option is on, which claim) */
+    uint32_t canary = (uint32_t)(uintptr_t)p ^ (uint32_t)__atomic_load_n(&smi_read_mostly.free_secret, __ATOMIC_RELAXED);
     /* offset < limit, at most a segment (or a huge page, whose magic 0 fails any offset), fits
      * the 32 bits the multiply test needs */
     if (sm_likely(offset < limit && (uint64_t)offset * magic < magic && /* a block start */
-                  (claim ? smi_padding_claim((void *)p, bsize, canary)
-                         : smi_padding_canary(p, bsize) == canary))) /* live (freed ones carry a link), no overflow */
+                  (claim ? smi_padding_claim((void *)p, bsize) /* atomic_free: taken with a compare-and-swap */
+                         : smi_padding_word_intact(smi_padding_word(p, bsize), canary)))) /* live (freed ones carry a link), no overflow or underflow */
       return page;
   }
   return NULL;

@@ -90,10 +90,35 @@ static int forged_link(const char *c) {
   return 0;
 }
 
+/* A write of n bytes before a block, into the end of the block before it (an int written at
+ * index -1 is 4): reported at that block's free. The last 4 bytes of a block are its size record
+ * (padding.h); until 2026-11-28 the secure build saw an underflow only from 5 bytes on. */
+static int ptr_cmp(const void *a, const void *b) {
+  char *const *x = a, *const *y = b;
+  return *x < *y ? -1 : *x > *y;
+}
+static void underflow(size_t n) {
+  enum { N = 64 };
+  char *v[N];
+  for (int i = 0; i < N; i++) v[i] = malloc(100);
+  qsort(v, N, sizeof v[0], ptr_cmp);
+  ptrdiff_t step = PTRDIFF_MAX; /* the block size: the nearest neighbours */
+  for (int i = 1; i < N; i++)
+    if (v[i] - v[i - 1] < step) step = v[i] - v[i - 1];
+  for (int i = 1; i < N; i++) {
+    if (v[i] - v[i - 1] != step) continue;
+    for (size_t k = 1; k <= n; k++) ((volatile char *)v[i])[-(ptrdiff_t)k] = 0x55;
+    free(v[i - 1]);
+    return;
+  }
+}
+
 static void misuse(const char *c) {
   volatile char *p = malloc(100);
   if (!strncmp(c, "forged-link-", 12)) {
     exit(forged_link(c));
+  } else if (!strncmp(c, "underflow-", 10)) {
+    underflow(strtoul(c + 10, NULL, 10));
   } else if (!strcmp(c, "double-free")) {
     free((void *)p);
     free((void *)p);
@@ -245,7 +270,7 @@ static const char *const cases[] = {"double-free", "double-free-delayed", "doubl
                                     "write-after-page-release", "write-after-free-small-page",
                                     "write-after-free", "write-zero-after-free", "write-after-remote-free",
                                     "write-after-delayed-free", "free-after-heap-destroy", "forged-link-delayed",
-                                    "forged-link-reuse"};
+                                    "forged-link-reuse", "underflow-1", "underflow-4", "underflow-8"};
 
 /* what the report must say where the misuse is to be caught at the bad call itself, not later
  * (a corrupted list found by a later malloc also reports, but too late to name the culprit) */
@@ -255,6 +280,9 @@ static bool debug_only(const char *c) { return !strncmp(c, "write-after-free-", 
 static const char *expected_report(const char *c) {
   if (!strcmp(c, "free-sized-interior-huge")) return "interior pointer";
   if (!strcmp(c, "free-sized-twice")) return "double free";
+  /* into the size record alone: named as an underflow; reaching the canary too, from either side */
+  if (!strcmp(c, "underflow-1") || !strcmp(c, "underflow-4")) return "buffer underflow into block";
+  if (!strcmp(c, "underflow-8")) return "before the block after it";
   if (debug_only(c)) return "write after free";
   /* a call other than free names itself */
   if (!strcmp(c, "realloc-freed")) return "realloc of";
