@@ -384,8 +384,11 @@ static void *free_secure_options(void *p, sm_segment_t *segment, sm_page_t *page
   if (smi_option(sm_option_zero_on_free) && segment->kind != SM_SEGMENT_HUGE)
     memset((uint8_t *)p - smi_block_offset(page, p), 0, page->block_size);
   long cap = smi_option(sm_option_quarantine);
-  sm_heap_t *heap = smi_tls_heap;
-  if (cap <= 0 || heap == &smi_heap_empty) return p;
+  /* the thread's own ring, in its backing heap, whichever heap is its default: a heap made with
+   * sm_heap_new that served as the default was released with the blocks in its ring (until
+   * 2026-11-28), which were then never freed */
+  sm_heap_t *heap = smi_tls_backing;
+  if (cap <= 0 || heap == NULL) return p;
   if (cap > SM_QUARANTINE_MAX) cap = SM_QUARANTINE_MAX;
   sm_quarantine_t *q = smi_heap_quarantine(heap);
   quarantine_enter(q);
@@ -427,9 +430,8 @@ static sm_noinline void free_with_options(void *p, sm_segment_t *segment, sm_pag
   if (ring != NULL) quarantine_leave(ring);
 }
 
-/* Through the ring's protocol, as a destroy in another thread may be reading every ring (a heap
- * made with sm_heap_new, which served a thread as its default, may have been left with blocks in
- * its ring: they are dropped, never freed) */
+/* Through the ring's protocol, as a destroy in another thread may be reading every ring (only
+ * backing heaps fill theirs, and a pooled one is reset when its thread has flushed it) */
 void smi_quarantine_reset(sm_heap_t *heap) {
   sm_quarantine_t *q = smi_heap_quarantine(heap);
   quarantine_enter(q);
