@@ -326,6 +326,8 @@ void smi_purger_stop(void);
 size_t smi_threads_live(void); /* init.c: threads with a heap */
 bool smi_purger_running(void);
 void smi_purger_fork_prepare(void);
+bool smi_fork_guard_enter(void);
+void smi_fork_guard_leave(void);
 void smi_purger_fork_parent(void);
 void smi_purger_fork_child(void);
 void smi_purger_note_orphan_free(void);

@@ -98,6 +98,18 @@ void smi_purger_fork_prepare(void) {
   atomic_fetch_add(&fork_pending, 1);
   while (atomic_load(&purger_busy) != 0) sched_yield();
 }
+/* Work that a fork must not copy half done, by any thread (the purger's ticks; walks of the
+ * abandoned list, which hold a segment off the list meanwhile: one forked then was on no list in
+ * the child, never freed, until 2026-11-28): false, and nothing may be done, while a fork is
+ * being prepared. Each side announces itself before it looks at the other's (sequentially
+ * consistent), so one of them always sees the other. */
+bool smi_fork_guard_enter(void) {
+  atomic_fetch_add(&purger_busy, 1);
+  if (!atomic_load(&fork_pending)) return true;
+  atomic_fetch_sub(&purger_busy, 1);
+  return false;
+}
+void smi_fork_guard_leave(void) { atomic_fetch_sub(&purger_busy, 1); }
 void smi_purger_fork_parent(void) { atomic_fetch_sub(&fork_pending, 1); }
 bool smi_purger_running(void) { return atomic_load_explicit(&purger_state, memory_order_relaxed) == PURGER_RUNNING; }
 
@@ -131,17 +143,15 @@ void smi_purger_fork_child(void) { /* it did not survive fork */
 void smi_purger_note_orphan_free(void) {
   static _Atomic(size_t) frees;
   if ((atomic_fetch_add_explicit(&frees, 1, memory_order_relaxed) & 1023) != 1023 || smi_purger_running()) return;
-  atomic_fetch_add(&purger_busy, 1); /* a fork in another thread waits this out */
-  if (!atomic_load(&fork_pending)) {
-    for (sm_heap_t *heap = atomic_load_explicit(&heaps_all, memory_order_acquire); heap != NULL; heap = heap->all_next) {
-      if (!heap->fork_orphan || !smi_heap_trylock(heap)) continue; /* held at the fork: left as it is */
-      smi_heap_collect_idle(heap);
-      smi_segments_purge_expired(heap->tld, true);
-      smi_heap_unlock(heap);
-    }
-    smi_segment_cache_sweep_due();
+  if (!smi_fork_guard_enter()) return; /* a fork in another thread waits this out */
+  for (sm_heap_t *heap = atomic_load_explicit(&heaps_all, memory_order_acquire); heap != NULL; heap = heap->all_next) {
+    if (!heap->fork_orphan || !smi_heap_trylock(heap)) continue; /* held at the fork: left as it is */
+    smi_heap_collect_idle(heap);
+    smi_segments_purge_expired(heap->tld, true);
+    smi_heap_unlock(heap);
   }
-  atomic_fetch_sub(&purger_busy, 1);
+  smi_segment_cache_sweep_due();
+  smi_fork_guard_leave();
 }
 
 static void purger_tick(void) {
@@ -171,9 +181,10 @@ static void purger_last_pass(void) {
  * (then the stopper joins it). Called and returns with purger_mutex held. */
 static bool purger_end_self(void) {
   pthread_mutex_unlock(&purger_mutex);
-  atomic_fetch_add(&purger_busy, 1);
-  if (!atomic_load(&fork_pending)) purger_last_pass();
-  atomic_fetch_sub(&purger_busy, 1);
+  if (smi_fork_guard_enter()) {
+    purger_last_pass();
+    smi_fork_guard_leave();
+  }
   int state = PURGER_RUNNING;
   pthread_mutex_lock(&purger_mutex);
   /* cleared before OFF: a purger started for a lone thread right after keeps its flag (a stopper,
@@ -209,9 +220,10 @@ static void *purger_main(void *arg) {
     pthread_cond_timedwait(&purger_wake, &purger_mutex, &until);
     if (purger_stop) break;
     pthread_mutex_unlock(&purger_mutex);
-    atomic_fetch_add(&purger_busy, 1);
-    if (!atomic_load(&fork_pending)) purger_tick();
-    atomic_fetch_sub(&purger_busy, 1);
+    if (smi_fork_guard_enter()) {
+      purger_tick();
+      smi_fork_guard_leave();
+    }
     pthread_mutex_lock(&purger_mutex);
     if (purger_linger_over()) {
       pthread_mutex_unlock(&purger_mutex);

@@ -223,8 +223,21 @@ static void cache_count_taken(uintptr_t entry) {
   smi_count_add(SM_COUNT_CACHED, -(int64_t)(units << SM_SEGMENT_SHIFT));
 }
 
+/* a sweep runs (its claim on the deadline) */
+#define SM_CACHE_SWEEPING (UINT64_MAX - 1)
+/* the sweep deadline comes no later than `due` */
+static void cache_arm(uint64_t due) {
+  uint64_t at = atomic_load_explicit(&segment_cache_sweep_at, memory_order_relaxed);
+  while (due < at && !atomic_compare_exchange_weak(&segment_cache_sweep_at, &at, due)) {}
+}
+
+/* Every push arms the sweep for the entry's deadline, also the pushes back of entries taken out
+ * for a while (a trim, a split, a sweep): until 2026-11-28 only a release did, and a sweep that
+ * passed an entry's slot while it was out stored a later deadline, or none (8 MiB of freed huge
+ * blocks stayed resident for seconds, 2 rounds of 400, with a thread calling malloc throughout). */
 static bool segment_cache_push(sm_segment_t *segment) {
   sm_assert(segment->size == segment->map_size); /* a cached segment's purge covers its size */
+  uint64_t due = segment->purged == SM_PURGED_DUE ? UINT64_MAX : segment->purge_at;
   size_t units = cache_units(segment);
   uintptr_t resident = segment->purged ? 0 : SM_CACHE_RESIDENT;
   size_t limit = (size_t)smi_option(sm_option_segment_cache);
@@ -246,17 +259,19 @@ static bool segment_cache_push(sm_segment_t *segment) {
       }
       atomic_fetch_add_explicit(&segment_cache_units, units, memory_order_relaxed);
       smi_count_add(SM_COUNT_CACHED, (int64_t)(units << SM_SEGMENT_SHIFT));
+      cache_arm(due); /* (the segment may be another thread's by now: a local copy) */
       return true;
     }
   }
   return false;
 }
 
-/* take the entry out of its slot (one CAS); false if it changed meanwhile */
-static bool cache_take(_Atomic(uintptr_t) *slot, uintptr_t entry) {
+/* take the entry out of its slot (one CAS); false if it changed meanwhile. reuse: to serve a
+ * request (the statistic's cache hit), not to purge it (cache_trim_lone) */
+static bool cache_take(_Atomic(uintptr_t) *slot, uintptr_t entry, bool reuse) {
   if (!atomic_compare_exchange_strong_explicit(slot, &entry, 0, memory_order_acquire, memory_order_relaxed)) return false;
   cache_count_taken(entry);
-  smi_stat_inc(SM_STAT_SEGMENT_CACHE_HIT);
+  if (reuse) smi_stat_inc(SM_STAT_SEGMENT_CACHE_HIT);
   return true;
 }
 
@@ -281,7 +296,7 @@ static sm_segment_t *segment_cache_pop(size_t start, size_t min_units, size_t ma
       }
     }
     if (best == NULL) return NULL;
-    if (cache_take(best, best_entry)) return (sm_segment_t *)(best_entry & ~(uintptr_t)SM_SEGMENT_MASK);
+    if (cache_take(best, best_entry, true)) return (sm_segment_t *)(best_entry & ~(uintptr_t)SM_SEGMENT_MASK);
   }
   return NULL;
 }
@@ -308,7 +323,7 @@ static sm_segment_t *segment_cache_pop_largest(size_t max_units) {
     }
   }
   sm_segment_t *segment = (sm_segment_t *)(best_entry & ~(uintptr_t)SM_SEGMENT_MASK);
-  if (best == NULL || smi_mem_is_pinned(segment) || !cache_take(best, best_entry)) return NULL;
+  if (best == NULL || smi_mem_is_pinned(segment) || !cache_take(best, best_entry, true)) return NULL;
   segment_map_set(segment, false);
   return segment;
 }
@@ -362,7 +377,7 @@ static sm_segment_t *segment_cache_take_at(const void *at, size_t units) {
     uintptr_t entry = atomic_load_explicit(&segment_cache[i], memory_order_relaxed);
     if ((entry & ~(uintptr_t)SM_SEGMENT_MASK) != (uintptr_t)at) continue;
     bool fits = (entry & SM_CACHE_RESIDENT) && (entry & SM_CACHE_UNITS_MASK) >= units;
-    return fits && cache_take(&segment_cache[i], entry) ? (sm_segment_t *)at : NULL;
+    return fits && cache_take(&segment_cache[i], entry, true) ? (sm_segment_t *)at : NULL;
   }
   return NULL;
 }
@@ -432,7 +447,7 @@ static void cache_trim_lone(uint64_t now) {
   size_t n = 0, resident = 0;
   for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
     uintptr_t entry = atomic_load_explicit(&segment_cache[i], memory_order_relaxed);
-    if (!(entry & SM_CACHE_RESIDENT) || !cache_take(&segment_cache[i], entry)) continue;
+    if (!(entry & SM_CACHE_RESIDENT) || !cache_take(&segment_cache[i], entry, false)) continue;
     sm_segment_t *segment = (sm_segment_t *)(entry & ~(uintptr_t)SM_SEGMENT_MASK);
     resident += cache_resident_bytes(segment);
     size_t k = n++; /* by deadline, oldest first */
@@ -497,7 +512,7 @@ static void segment_cache_note_fresh(size_t bytes) {
 static void segment_cache_sweep(uint64_t now, bool force) {
   uint64_t at = atomic_load_explicit(&segment_cache_sweep_at, memory_order_relaxed);
   if (!force && now != UINT64_MAX &&
-      (now < at || !atomic_compare_exchange_strong(&segment_cache_sweep_at, &at, now + 1))) return;
+      (now < at || !atomic_compare_exchange_strong(&segment_cache_sweep_at, &at, SM_CACHE_SWEEPING))) return;
   uint64_t next = UINT64_MAX;
   for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
     _Atomic(uintptr_t) *slot = &segment_cache[i];
@@ -524,9 +539,9 @@ static void segment_cache_sweep(uint64_t now, bool force) {
     if (segment->purged != SM_PURGED_DUE && due < next) next = due;
     if (!segment_cache_push(segment)) segment_os_free(segment);
   }
-  /* keep an earlier deadline that a concurrent free set meanwhile */
+  /* keep an earlier deadline that a push set meanwhile */
   uint64_t cur = atomic_load_explicit(&segment_cache_sweep_at, memory_order_relaxed);
-  while ((cur == now + 1 || cur > next) && !atomic_compare_exchange_weak(&segment_cache_sweep_at, &cur, next)) {}
+  while ((cur == SM_CACHE_SWEEPING || cur > next) && !atomic_compare_exchange_weak(&segment_cache_sweep_at, &cur, next)) {}
 }
 
 /* An unused mapping goes to the cache (to be purged after the delay) or back to the OS. */
@@ -548,8 +563,6 @@ static void segment_cache_release(sm_segment_t *segment, uint64_t now) {
     return;
   }
   /* the segment may already be someone else's: only local copies from here on */
-  uint64_t at = atomic_load_explicit(&segment_cache_sweep_at, memory_order_relaxed);
-  while (!purged && purge_at < at && !atomic_compare_exchange_weak(&segment_cache_sweep_at, &at, purge_at)) {}
   if (delay > 0 && !smi_purger_running() &&
       atomic_load_explicit(&segment_cache_resident_bytes, memory_order_relaxed) >
           SM_CACHE_LONE_MAX + atomic_load_explicit(&segment_cache_slack, memory_order_relaxed))
@@ -1414,7 +1427,9 @@ static sm_segment_t *abandoned_pop(void) {
 void smi_segments_note_abandoned_free(void) {
   static _Atomic(size_t) abandoned_frees;
   size_t n = atomic_fetch_add_explicit(&abandoned_frees, 1, memory_order_relaxed);
-  if ((n & 1023) == 1023 && !smi_purger_running()) smi_segments_visit_abandoned(SIZE_MAX, true); /* nobody will come later */
+  if ((n & 1023) != 1023 || smi_purger_running() || !smi_fork_guard_enter()) return;
+  smi_segments_visit_abandoned(SIZE_MAX, true); /* nobody will come later */
+  smi_fork_guard_leave();
 }
 
 /* append the list first..last (count segments, linked by abandoned_next) */
@@ -1570,6 +1585,7 @@ static void segment_reclaim(sm_segment_t *segment, sm_heap_t *heap) {
  * were taken). Segments whose blocks were all freed meanwhile go back to the cache on the way. */
 bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max, int kind) {
   bool useful = false;
+  if (atomic_load_explicit(&abandoned_count, memory_order_relaxed) == 0 || !smi_fork_guard_enter()) return false;
   for (size_t n = 0; n < max && !useful && atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0; n++) {
     sm_segment_t *segment = abandoned_pop();
     if (segment == NULL) break;
@@ -1577,6 +1593,7 @@ bool smi_segments_reclaim_abandoned(sm_heap_t *heap, size_t max, int kind) {
     segment_reclaim(segment, heap);
     if (useful) useful = tld_has_room(heap->tld, kind);
   }
+  smi_fork_guard_leave();
   return useful;
 }
 
