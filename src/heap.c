@@ -754,71 +754,127 @@ static sm_heap_area_t area_of(const sm_page_t *page) {
   return area;
 }
 
-static bool visit_area(const sm_heap_t *heap, sm_page_t *page, bool all, sm_block_visit_fun *visitor, void *arg) {
-  size_t bsize = page->block_size;
-  sm_heap_area_t area = area_of(page);
-  if (!visitor(heap, &area, NULL, area.block_size, arg)) return false;
-  if (!all || page->used == 0) return true;
-  if (page->capacity == 1) return block_freed(page, area.blocks) || visitor(heap, &area, area.blocks, area.block_size, arg);
-  /* live = carved and on no free list */
-  uint64_t free_map[SM_SMALL_PAGE_SIZE / 8 / 64] = {0};
-  sm_block_t *lists[2] = {page->free, page->local_free};
-  for (int l = 0; l < 2; l++) {
-    uint32_t n = 0;
-    for (sm_block_t *b = lists[l]; b != NULL && n++ <= page->capacity; b = smi_list_next(page, b)) {
-      size_t idx = (size_t)((uint8_t *)b - smi_page_start(page)) / bsize;
-      if (idx < page->capacity) free_map[idx / 64] |= (uint64_t)1 << (idx % 64);
-    }
-  }
-  for (size_t i = 0; i < page->capacity; i++) {
-    if (free_map[i / 64] & ((uint64_t)1 << (i % 64))) continue;
-    uint8_t *block = smi_page_start(page) + i * bsize;
-    if (block_freed(page, block)) continue;
-    if (!visitor(heap, &area, block, area.block_size, arg)) return false;
-  }
-  return true;
-}
+/* A page as a visit sees it: its area, and which of its carved blocks are on a free list. Read
+ * under the part's lock where the caller may take it; a visit by another thread of a part it
+ * may not lock reads the lists as they are (its owner is not using it, heaps.md), including the
+ * blocks other threads freed and nobody collected yet (until 2026-11-28 those passed for live). */
+typedef struct {
+  sm_heap_area_t area;
+  uint64_t free_map[SM_SMALL_PAGE_SIZE / 8 / 64];
+} page_view_t;
 _Static_assert(SM_SMALL_PAGE_SIZE / 8 >= SM_MEDIUM_PAGE_SIZE / SM_SMALL_OBJ_MAX &&
                    SM_SMALL_PAGE_SIZE / 8 >= SM_SEGMENT_SIZE / SM_MEDIUM_OBJ_MAX,
                "the free map has a bit for every block of any page");
 
-static bool heap_part_visit(const sm_heap_t *heap, sm_heap_t *part, bool all, sm_block_visit_fun *visitor, void *arg) {
+static void page_view(sm_page_t *page, page_view_t *view) {
+  view->area = area_of(page);
+  memset(view->free_map, 0, sizeof view->free_map);
+  size_t bsize = page->block_size;
+  sm_block_t *lists[3] = {page->free, page->local_free,
+                          smi_tf_block(atomic_load_explicit(&page->thread_free, memory_order_acquire))};
+  for (int l = 0; l < 3; l++) {
+    uint32_t n = 0;
+    for (sm_block_t *b = lists[l]; b != NULL && n++ <= page->capacity; b = smi_list_next(page, b)) {
+      size_t idx = (size_t)((uint8_t *)b - smi_page_start(page)) / bsize;
+      if (idx >= page->capacity || (view->free_map[idx / 64] & ((uint64_t)1 << (idx % 64)))) continue;
+      view->free_map[idx / 64] |= (uint64_t)1 << (idx % 64);
+      if (l == 2 && view->area.used > 0) view->area.used--; /* counted as used until collected */
+    }
+  }
+}
+
+/* the visitor over a page's view, with no lock held: it may allocate and free, in this heap too
+ * (a visitor that did so waited for the lock it held, for ever, until 2026-11-28) */
+static bool visit_view(const sm_heap_t *heap, const sm_page_t *page, page_view_t *view, bool all,
+                       sm_block_visit_fun *visitor, void *arg) {
+  sm_heap_area_t *area = &view->area;
+  if (!visitor(heap, area, NULL, area->block_size, arg)) return false;
+  if (!all || area->used == 0) return true;
+  size_t count = area->committed / area->full_block_size;
+  for (size_t i = 0; i < count; i++) {
+    if (view->free_map[i / 64] & ((uint64_t)1 << (i % 64))) continue;
+    uint8_t *block = (uint8_t *)area->blocks + i * area->full_block_size;
+    if (block_freed(page, block)) continue;
+    if (!visitor(heap, area, block, area->block_size, arg)) return false;
+  }
+  return true;
+}
+
+/* The part's pages are listed first (under its lock, where the caller may take it), then each is
+ * looked at and visited in turn, the lock let go before its visitor calls; the part's tld keeps
+ * the segments that empty meanwhile mapped until the visit ends (segment.c, visits), so a listed
+ * page is always readable and tells by itself whether it is still the part's. The list comes
+ * from the OS (a visit may not take memory from the heap it visits). */
+static bool heap_part_visit_pages(const sm_heap_t *heap, sm_heap_t *part, bool all, sm_block_visit_fun *visitor, void *arg) {
   bool locked = part_workable(part);
-  if (locked) smi_heap_lock(part);
-  bool go = true;
-  if (locked) smi_heap_delayed_free(part); /* blocks other threads freed are free, not live */
+  size_t cap = __atomic_load_n(&part->page_count, __ATOMIC_RELAXED) + 64, n = 0;
+  size_t bytes = smi_align_up(cap * sizeof(sm_page_t *), SM_OS_PAGE_SIZE);
+  sm_page_t **pages = smi_os_alloc_aligned(bytes, SM_OS_PAGE_SIZE, 0);
+  if (pages == NULL) return false;
+  if (locked) {
+    smi_heap_lock(part);
+    smi_heap_delayed_free(part); /* blocks other threads freed are free, not live */
+    part->tld->visits++;
+  }
   heap_for_each_page(part, page, next) {
-    if (locked) smi_page_collect_remote(page);
-    if (go) go = visit_area(heap, page, all, visitor, arg);
+    if (n < cap) pages[n++] = page; /* (pages made after the visit began may be left out) */
   }
   if (locked) smi_heap_unlock(part);
-  /* Huge blocks: any thread may free one meanwhile, and unmap it. So a batch of them at a time is
-   * read under huge_lock (while listed, a block is mapped) and visited after, with no lock held.
-   * A heap seldom has more than a batch; past one, blocks freed or made meanwhile shift the list,
-   * and the next batch may then miss or repeat one. */
-  enum { HUGE_BATCH = 32 };
-  sm_heap_area_t areas[HUGE_BATCH];
-  bool live[HUGE_BATCH];
-  for (size_t skip = 0; go;) {
-    size_t n = 0, index = 0;
-    smi_spin_lock(&part->huge_lock);
-    sm_segment_t *segment = part->huge_first;
-    for (; segment != NULL && n < HUGE_BATCH; segment = segment->next, index++) {
-      if (index < skip) continue;
-      areas[n] = area_of(&segment->pages[0]);
-      live[n] = !block_freed(&segment->pages[0], areas[n].blocks);
-      n++;
+  bool go = true;
+  page_view_t view;
+  for (size_t i = 0; i < n && go; i++) {
+    sm_page_t *page = pages[i];
+    if (locked) smi_heap_lock(part);
+    bool ours = page->in_use && smi_page_heap(page) == part;
+    if (ours) {
+      if (locked) smi_page_collect_remote(page);
+      page_view(page, &view);
     }
-    bool more = segment != NULL;
-    smi_spin_unlock(&part->huge_lock);
-    for (size_t i = 0; i < n && go; i++) {
-      go = visitor(heap, &areas[i], NULL, areas[i].block_size, arg);
-      if (go && all && live[i]) go = visitor(heap, &areas[i], areas[i].blocks, areas[i].block_size, arg);
-    }
-    if (!more) break;
-    skip += n;
+    if (locked) smi_heap_unlock(part);
+    if (ours) go = visit_view(heap, page, &view, all, visitor, arg);
   }
+  if (locked) {
+    smi_heap_lock(part);
+    if (--part->tld->visits == 0) smi_segments_visit_end(part->tld);
+    smi_heap_unlock(part);
+  }
+  smi_os_free(pages, bytes);
   return go;
+}
+
+/* Huge blocks: any thread may free one meanwhile, and unmap it. So they are all read under
+ * huge_lock (while listed, a block is mapped) and visited after, with no lock held. */
+static bool heap_part_visit_huge(const sm_heap_t *heap, sm_heap_t *part, bool all, sm_block_visit_fun *visitor, void *arg) {
+  typedef struct {
+    sm_heap_area_t area;
+    bool live;
+  } huge_view_t;
+  size_t cap = 0, n = 0;
+  smi_spin_lock(&part->huge_lock);
+  for (sm_segment_t *segment = part->huge_first; segment != NULL; segment = segment->next) cap++;
+  smi_spin_unlock(&part->huge_lock);
+  if (cap == 0) return true;
+  cap += 64; /* (blocks made after the visit began may be left out) */
+  size_t bytes = smi_align_up(cap * sizeof(huge_view_t), SM_OS_PAGE_SIZE);
+  huge_view_t *views = smi_os_alloc_aligned(bytes, SM_OS_PAGE_SIZE, 0);
+  if (views == NULL) return false;
+  smi_spin_lock(&part->huge_lock);
+  for (sm_segment_t *segment = part->huge_first; segment != NULL && n < cap; segment = segment->next, n++) {
+    views[n].area = area_of(&segment->pages[0]);
+    views[n].live = !block_freed(&segment->pages[0], views[n].area.blocks);
+  }
+  smi_spin_unlock(&part->huge_lock);
+  bool go = true;
+  for (size_t i = 0; i < n && go; i++) {
+    go = visitor(heap, &views[i].area, NULL, views[i].area.block_size, arg);
+    if (go && all && views[i].live) go = visitor(heap, &views[i].area, views[i].area.blocks, views[i].area.block_size, arg);
+  }
+  smi_os_free(views, bytes);
+  return go;
+}
+
+static bool heap_part_visit(const sm_heap_t *heap, sm_heap_t *part, bool all, sm_block_visit_fun *visitor, void *arg) {
+  return heap_part_visit_pages(heap, part, all, visitor, arg) && heap_part_visit_huge(heap, part, all, visitor, arg);
 }
 
 bool sm_heap_visit_blocks(const sm_heap_t *heap, bool visit_all_blocks, sm_block_visit_fun *visitor, void *arg) {

@@ -254,6 +254,7 @@ bool smi_segments_abandoned_any(void);
 void smi_segments_purge_expired(sm_tld_t *tld, bool force);
 void smi_segments_visit_abandoned(size_t max, bool force);
 void smi_segments_release_empty(sm_tld_t *tld);
+void smi_segments_visit_end(sm_tld_t *tld);
 const sm_page_t *smi_segment_page_covering(const sm_segment_t *segment, const void *p);
 void smi_segments_note_abandoned_free(void);
 void smi_segment_cache_sweep_due(void);

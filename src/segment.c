@@ -893,6 +893,11 @@ static void segment_free(sm_segment_t *segment, sm_tld_t *tld) {
   sm_segment_queue_t *q = segment_free_queue(tld, segment);
   if (segment->in_free_queue) segment_queue_remove(q, segment);
   segment->in_free_queue = 0;
+  if (tld->visits > 0) { /* a visit reads the descriptors of the pages it listed (heap.c) */
+    segment->next = tld->visit_held;
+    tld->visit_held = segment;
+    return;
+  }
   for (size_t i = 0; i < segment->page_count; i++) {
     if (segment->pages[i].purge_pending) purge_list_remove(tld, &segment->pages[i]);
   }
@@ -1117,6 +1122,16 @@ static bool segment_keep_empty(const sm_tld_t *tld, const sm_segment_t *segment)
     if (first != NULL && (first != segment || segment->next != NULL)) return false;
   }
   return true;
+}
+
+/* the last heap visit of the tld ended: the segments that emptied during it go */
+void smi_segments_visit_end(sm_tld_t *tld) {
+  while (tld->visit_held != NULL) {
+    sm_segment_t *segment = tld->visit_held;
+    tld->visit_held = segment->next;
+    segment->next = NULL;
+    segment_free(segment, tld);
+  }
 }
 
 /* Segments of the tld without a page in use go (sm_collect(true), heap destroy, thread exit). */

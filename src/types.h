@@ -219,6 +219,8 @@ typedef struct sm_tld_s {
   size_t exchange_slack;          /* purge_exchange leaves this much of it (segment.c) */
   uint64_t now_ms;                /* last clock reading */
   int arena_id;                   /* heaps made in an arena: all memory from there (0: anywhere) */
+  int visits;                     /* heap visits under way: segments that empty stay mapped... */
+  struct sm_segment_s *visit_held; /* ...here (linked by next), freed when the last one ends */
 } sm_tld_t;
 
 /* ---- heaps: one per thread (its backing heap), plus those made with sm_heap_new ----

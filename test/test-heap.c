@@ -5,6 +5,8 @@
  * sm_heap_ allocation call, and the deferred-free hook. */
 #include "sm-test.h"
 
+#include <semaphore.h>
+#include <signal.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -120,6 +122,51 @@ static bool count_huge_areas(const sm_heap_t *heap, const sm_heap_area_t *area, 
   (void)heap, (void)size;
   if (block == NULL && area->block_size > ((size_t)2 << 20)) ++*(int *)arg;
   return true;
+}
+
+/* visitors that allocate and free in the heap they visit (until 2026-11-28 they waited for the
+ * heap's lock, which the visit held, for ever) */
+typedef struct {
+  void **got;
+  size_t n, cap;
+} grow_t;
+static bool collect_growing(const sm_heap_t *heap, const sm_heap_area_t *area, void *block, size_t size, void *arg) {
+  (void)heap, (void)area, (void)size;
+  grow_t *g = arg;
+  if (block == NULL) return true;
+  if (g->n == g->cap) { /* realloc: allocates from the thread's default heap */
+    g->cap = g->cap ? 2 * g->cap : 4;
+    g->got = realloc(g->got, g->cap * sizeof(void *));
+  }
+  g->got[g->n++] = block;
+  return true;
+}
+static bool free_visited(const sm_heap_t *heap, const sm_heap_area_t *area, void *block, size_t size, void *arg) {
+  (void)heap, (void)area, (void)size;
+  if (block != NULL) {
+    sm_free(block);
+    ++*(size_t *)arg;
+  }
+  return true;
+}
+static void on_alarm(int sig) {
+  (void)sig;
+  static const char msg[] = "FAIL  a visit did not return within 20 s (its visitor allocates or frees in the heap)\n";
+  (void)!write(1, msg, sizeof msg - 1);
+  _exit(1);
+}
+typedef struct {
+  sm_heap_t *heap;
+  void *blocks[200];
+  sem_t made, done;
+} idle_owner_t;
+static void *idle_owner(void *arg) { /* makes a heap, allocates, then waits (not using it) */
+  idle_owner_t *o = arg;
+  o->heap = sm_heap_new();
+  for (int i = 0; i < 200; i++) o->blocks[i] = sm_heap_malloc(o->heap, 48);
+  sem_post(&o->made);
+  sem_wait(&o->done);
+  return NULL;
 }
 
 /* the huge areas of a visit: how many, and whether one starts at `want` */
@@ -537,6 +584,45 @@ int main(void) {
     CHECK(areas_only.blocks == 0 && areas_only.areas == v.areas, "without visit_all_blocks: areas only");
     (void)live_bytes;
     sm_heap_destroy(heap);
+  }
+
+  SECTION("a visitor may allocate and free in the heap it visits; blocks other threads freed are not live to a visit by another thread") {
+    signal(SIGALRM, on_alarm);
+    alarm(20);
+    sm_heap_t *heap = sm_heap_new();
+    sm_heap_t *old = sm_heap_set_default(heap); /* the visitor's realloc allocates in the visited heap */
+    for (int i = 0; i < 3000; i++) CHECK(sm_heap_malloc(heap, 24 + (size_t)(i % 9) * 40) != NULL, "allocation %d", i);
+    grow_t g = {NULL, 0, 0};
+    CHECK(sm_heap_visit_blocks(heap, true, collect_growing, &g), "visit completes");
+    sm_heap_set_default(old);
+    CHECK(g.n >= 3000, "every block visited (seen %zu of 3000 or more)", g.n);
+    free(g.got);
+    size_t freed = 0;
+    CHECK(sm_heap_visit_blocks(heap, true, free_visited, &freed), "freeing visit completes");
+    CHECK(freed >= 3000, "the freeing visitor was given every block (%zu)", freed);
+    visit_t v;
+    memset(&v, 0, sizeof v);
+    sm_heap_visit_blocks(heap, true, count_visitor, &v);
+    CHECK(v.blocks == 0, "nothing live after the freeing visit (seen %zu)", v.blocks);
+    for (int i = 0; i < 40; i++) CHECK(sm_heap_malloc(heap, 3 * MiB) != NULL, "huge %d", i);
+    freed = 0;
+    sm_heap_visit_blocks(heap, true, free_visited, &freed);
+    CHECK(freed == 40, "a visitor that frees each huge block is given all 40 (seen %zu)", freed);
+    sm_heap_destroy(heap);
+    idle_owner_t o;
+    sem_init(&o.made, 0, 0);
+    sem_init(&o.done, 0, 0);
+    pthread_t t;
+    pthread_create(&t, NULL, idle_owner, &o);
+    sem_wait(&o.made);
+    for (int i = 0; i < 200; i += 2) sm_free(o.blocks[i]); /* frees by another thread, not yet collected */
+    memset(&v, 0, sizeof v);
+    sm_heap_visit_blocks(o.heap, true, count_visitor, &v);
+    CHECK(v.blocks == 100, "visit by another thread while the owner idles: 100 live blocks (seen %zu)", v.blocks);
+    sem_post(&o.done);
+    pthread_join(t, NULL);
+    sm_heap_destroy(o.heap);
+    alarm(0);
   }
 
   SECTION("aligned blocks up to 4 KiB come from a class of aligned blocks, not from inside a bigger block") {
