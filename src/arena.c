@@ -260,7 +260,9 @@ static int arena_reserve_os(size_t size, bool commit, bool allow_large, bool exc
   size_t rounded = smi_align_up(size, SM_SEGMENT_SIZE);
   if (size == 0 || rounded < size) return EINVAL;
   size = rounded;
-  if (arena_count() + (size / SM_SEGMENT_SIZE + SM_ARENA_UNITS - 1) / SM_ARENA_UNITS > SM_ARENA_MAX) return ENOMEM;
+  size_t entries = (size / SM_SEGMENT_SIZE + SM_ARENA_UNITS - 1) / SM_ARENA_UNITS;
+  if (entries > SM_ARENA_MAX) return EINVAL; /* more than all the entries hold: never */
+  if (arena_count() + entries > SM_ARENA_MAX) return ENOMEM;
   uint8_t *p = NULL;
   bool pinned = false;
   /* the pool's count decides here (not the backoff of per-segment tries): one look per arena */
@@ -423,12 +425,11 @@ void smi_mem_free(void *p, size_t size, size_t purged) {
 
 /* NULL for arena and pinned memory (the caller copies) */
 void *smi_mem_remap(void *p, size_t old_size, size_t new_size, size_t alignment) {
-  if (new_size > old_size && !mem_limit_allows(new_size - old_size)) return NULL;
-  if (new_size > old_size && !os_alloc_allowed()) { /* growing maps OS memory too (until 2026-11-28 it did, set at run time) */
-    tell_refusal(false, new_size - old_size);
-    return NULL;
-  }
   if (arena_of(p) != NULL) return NULL;
+  if (new_size > old_size && !mem_limit_allows(new_size - old_size)) return NULL;
+  /* growing maps OS memory too (until 2026-11-28 it did with disallow_os_alloc set at run time);
+   * no warning: the caller's fallback, a new block, tells if it is refused too */
+  if (new_size > old_size && !os_alloc_allowed()) return NULL;
   void *q = smi_os_remap_aligned(p, old_size, new_size, alignment, SM_UNMAP_GRACE);
   if (q == NULL) return NULL;
   if (SM_UNMAP_GRACE && q != p) os_free_after_grace(p, old_size); /* the range its pages left */

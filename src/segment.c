@@ -576,14 +576,15 @@ void smi_segment_cache_sweep_due(void) {
   if (smi_segment_cache_pending()) segment_cache_sweep(smi_os_now_ms(), false);
 }
 
-/* When the OS refuses (address space exhausted, RLIMIT_AS), give back the cached address space
- * and try once more before reporting ENOMEM. (A heap made in an arena takes nothing from the OS
- * or the cache: arena_id.) */
+/* When the OS refuses (address space exhausted, RLIMIT_AS, memory_limit), give back the cached
+ * memory and try once more before reporting ENOMEM: also for a heap made in an arena, which takes
+ * nothing from the cache but whose commits count against memory_limit (until 2026-11-28 it was
+ * refused with the cache full). */
 static void *os_alloc_or_flush(size_t size, size_t alignment, size_t offset, bool avoid_pinned, int arena_id, bool *zero) {
   void *p = smi_mem_alloc_ex(size, alignment, offset, avoid_pinned, arena_id, zero);
-  if (p == NULL && arena_id == 0 && atomic_load_explicit(&segment_cache_count, memory_order_relaxed) > 0) {
+  if (p == NULL && atomic_load_explicit(&segment_cache_count, memory_order_relaxed) > 0) {
     smi_segment_cache_flush();
-    p = smi_mem_alloc_ex(size, alignment, offset, avoid_pinned, 0, zero);
+    p = smi_mem_alloc_ex(size, alignment, offset, avoid_pinned, arena_id, zero);
   }
   return p;
 }
