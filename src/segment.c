@@ -586,6 +586,14 @@ static void *os_alloc_or_flush(size_t size, size_t alignment, size_t offset, boo
     smi_segment_cache_flush();
     p = smi_mem_alloc_ex(size, alignment, offset, avoid_pinned, arena_id, zero);
   }
+  /* An exclusive arena's segments that emptied while abandoned (a deleted heap's blocks, handed
+   * to a thread that has ended) go back to it only when someone visits them; with no purger,
+   * nobody may come (until 2026-11-28 the arena's heaps got ENOMEM with the arena all but empty) */
+  if (p == NULL && arena_id != 0 && smi_segments_abandoned_any() && smi_fork_guard_enter()) {
+    smi_segments_visit_abandoned(SIZE_MAX, true);
+    smi_fork_guard_leave();
+    p = smi_mem_alloc_ex(size, alignment, offset, avoid_pinned, arena_id, zero);
+  }
   return p;
 }
 
