@@ -533,16 +533,32 @@ static void *any_alloc_checked(sm_heap_t *heap, size_t size, size_t alignment, s
  * (glibc's shrinks never fail, and `p = realloc(p, smaller)` unchecked is common). With zero,
  * bytes past the old usable size read as zero (rezalloc). */
 
+/* b[from, to) reads as zero afterwards. In a huge block, its whole OS pages go back to the OS
+ * instead (they then read as zero and cost nothing until touched): clearing them by hand made a
+ * rezalloc to or from a huge size write every page of it, resident (1 GiB for a calloc'ed block
+ * grown by rezalloc, where the calloc had cost nothing). Pinned memory cannot be given back. */
+static void clear_range(uint8_t *b, size_t from, size_t to) {
+  size_t os_page = smi_os_page_size();
+  uintptr_t lo = smi_align_up((uintptr_t)b + from, os_page), hi = ((uintptr_t)b + to) & ~(uintptr_t)(os_page - 1);
+  if (!SM_TRACK && to - from >= SM_LARGE_OBJ_MAX && hi > lo && smi_ptr_segment(b)->kind == SM_SEGMENT_HUGE &&
+      smi_os_purge((void *)lo, hi - lo, true)) {
+    memset(b + from, 0, lo - (uintptr_t)b - from);
+    memset((void *)hi, 0, (uintptr_t)b + to - hi);
+    return;
+  }
+  memset(b + from, 0, to - from);
+}
+
 /* p keeps its block at newsize (<= its usable size): padded builds rewrite its padding (the debug
  * build fills the bytes past the requested size and reports that size as usable) */
 static void *realloc_in_place(void *p, size_t newsize, size_t usable, bool zero) {
 #if SM_CHECK_FREES
   uint8_t *q = padding_resize(p, newsize);
   if (zero && q != NULL && newsize > usable) memset(q + usable, 0, newsize - usable);
-  else if (zero && q != NULL && !SM_PADDING_EXACT) memset(q + newsize, 0, usable - newsize);
+  else if (zero && q != NULL && !SM_PADDING_EXACT) clear_range(q, newsize, usable);
   return q;
 #else
-  if (zero) memset((uint8_t *)p + newsize, 0, usable - newsize);
+  if (zero) clear_range(p, newsize, usable);
   return p;
 #endif
 }
@@ -596,13 +612,14 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
 #if SM_CHECK_FREES
         padding_resize(q, newsize); /* the padding for the new size, live (the claim was at the old end) */
 #endif
-        if (zero) memset(q + usable, 0, smi_usable_size(q) - usable);
+        if (zero) clear_range(q, usable, smi_usable_size(q));
         return q;
       }
     }
   }
   int saved_errno = errno;
-  uint8_t *q = any_alloc(heap, newsize, alignment, offset, false);
+  bool zeroed = zero && newsize > SM_LARGE_OBJ_MAX; /* a huge block is cleared where the OS did not */
+  uint8_t *q = any_alloc(heap, newsize, alignment, offset, zeroed);
   if (sm_unlikely(q == NULL)) {
     if (aligned && newsize <= room) {
       errno = saved_errno;
@@ -614,7 +631,7 @@ static void *any_realloc(sm_heap_t *heap, void *p, size_t newsize, size_t alignm
   }
   size_t kept = usable < newsize ? usable : newsize;
   memcpy(q, p, kept);
-  if (zero) memset(q + kept, 0, smi_usable_size(q) - kept);
+  if (zero && !zeroed) memset(q + kept, 0, smi_usable_size(q) - kept);
   realloc_free_claimed(p);
   return q;
 }
