@@ -3,6 +3,8 @@
  * functions only, except where SM_TEST_OVERRIDE says that malloc/free are shardmalloc's too. */
 #include "sm-test.h"
 
+#include <sys/auxv.h>
+
 #include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -244,6 +246,26 @@ int main(void) {
       }
     }
   }
+  SECTION("a huge block grown in 1 MiB steps to 256 MiB moves seldom: it stays one mapping, grown in place") {
+    /* until 2026-11-28 a move left the block two mappings (its old pages, then fresh memory),
+     * which the next growth could not extend: it moved on nearly every step (63 here) */
+    char *p = sm_malloc(4 * MiB);
+    CHECK(p != NULL, "4 MiB");
+    int moves = 0;
+    for (size_t size = 5 * MiB; p != NULL && size <= 256 * MiB; size += MiB) {
+      p[size - MiB - 1] = 1;
+      char *q = sm_realloc(p, size);
+      CHECK(q != NULL && q[size - MiB - 1] == 1, "grown to %zu MiB, contents kept", size / MiB);
+      moves += q != p;
+      p = q;
+    }
+    printf("      %d moves in 252 growths\n", moves);
+    /* (on larger OS pages than 4 KiB the secure build's blocks start inside a page: it copies) */
+    if (getauxval(AT_PAGESZ) == 4096)
+      CHECK(moves <= 32, "expected at most 32 moves (one mapping, grown in place), seen %d", moves);
+    sm_free(p);
+  }
+
   SECTION("sm_reallocn: overflow -> NULL/ENOMEM, block intact") {
     char *p = sm_reallocn(NULL, 10, 10);
     CHECK_NONNULL(p);
