@@ -302,6 +302,17 @@ static void case_limit(void) {
   }
 }
 
+/* a new heap in the arena gets a block of `size` (errno tells why not) */
+static bool new_heap_gets(sm_arena_id_t id, size_t size) {
+  sm_heap_t *h = sm_heap_new_in_arena(id);
+  errno = 0;
+  void *p = h != NULL ? sm_heap_malloc(h, size) : NULL;
+  int err = errno;
+  if (h != NULL) sm_heap_destroy(h);
+  errno = err;
+  return p != NULL;
+}
+
 /* MEMORY_LIMIT=64M, PURGE_DELAY=1000: a heap in an arena is not refused while freed huge blocks
  * fill the segment cache (until 2026-11-28 only the default heap's requests flushed it first) */
 static void case_limit_cache(void) {
@@ -313,11 +324,7 @@ static void case_limit_cache(void) {
       memset(p, 1, 10 * MiB);
       sm_free(p);
     }
-    sm_heap_t *h = sm_heap_new_in_arena(id);
-    errno = 0;
-    void *p = h != NULL ? sm_heap_malloc(h, 40 * MiB) : NULL;
-    CHECK(p != NULL, "40 MiB from the arena heap: %p, errno %d", p, errno);
-    if (h != NULL) sm_heap_destroy(h);
+    CHECK(new_heap_gets(id, 40 * MiB), "40 MiB from a heap in the arena (errno %d)", errno);
   }
 }
 
@@ -340,11 +347,7 @@ static void case_delete_ended(void) {
     pthread_create(&t, NULL, make_and_delete, NULL);
     pthread_join(t, NULL);
     for (int i = 0; i < 3000; i++) sm_free(ended_blocks[i]);
-    sm_heap_t *h = sm_heap_new_in_arena(ended_arena);
-    errno = 0;
-    void *p = h != NULL ? sm_heap_malloc(h, 60 * MiB) : NULL;
-    CHECK(p != NULL, "60 MiB of the 64 MiB arena after every block was freed: %p, errno %d", p, errno);
-    if (h != NULL) sm_heap_destroy(h);
+    CHECK(new_heap_gets(ended_arena, 60 * MiB), "60 MiB of the 64 MiB arena after every block was freed (errno %d)", errno);
   }
 }
 
