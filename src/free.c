@@ -120,8 +120,24 @@ static bool list_contains(const sm_page_t *page, const sm_block_t *list, const s
  * live block's first word may look like a link (a self-pointer, a NULL): the owner confirms by
  * scanning the page's lists, and another thread, which must not walk the owner's lists (they
  * change under it), checks the debug build's freed-memory fill. */
+/* The secure build: a block that another thread freed into a full page waits on its owner's
+ * list of such blocks, linked to that list's next block, which may be in any page (a second free
+ * of it was reported as an overflow until 2026-11-28). */
+static bool block_link_reads_delayed(const sm_page_t *page, const sm_block_t *block) {
+#if SM_LINK_AT_END
+  uintptr_t next = (uintptr_t)smi_link_decode(page, smi_track_peek_word(smi_block_link(page, block)));
+  const sm_segment_t *segment = smi_ptr_segment((const void *)next);
+  if (next == 0 || !smi_segment_is_registered(segment) || segment->kind == SM_SEGMENT_HUGE) return false;
+  const sm_page_t *next_page = smi_segment_page_of(segment, (const void *)next);
+  return next_page->in_use && smi_page_block_start(next_page, next);
+#else
+  (void)page, (void)block;
+  return false;
+#endif
+}
+
 static bool block_is_free(const sm_page_t *page, const sm_block_t *block, bool owner) {
-  if (!smi_block_link_reads_free(page, block)) return false;
+  if (!smi_block_link_reads_free(page, block)) return SM_SECURE && block_link_reads_delayed(page, block);
   if (SM_SECURE) return true;
   if (owner) {
     uintptr_t tf = atomic_load_explicit(&((sm_page_t *)page)->thread_free, memory_order_acquire);
