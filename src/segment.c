@@ -233,8 +233,8 @@ static void cache_arm(uint64_t due) {
 
 /* Every push arms the sweep for the entry's deadline, also the pushes back of entries taken out
  * for a while (a trim, a split, a sweep): until 2026-11-28 only a release did, and a sweep that
- * passed an entry's slot while it was out stored a later deadline, or none (8 MiB of freed huge
- * blocks stayed resident for seconds, 2 rounds of 400, with a thread calling malloc throughout). */
+ * passed an entry's slot while it was out could store a later deadline, or none (found by
+ * reading the code; not seen to happen). */
 static bool segment_cache_push(sm_segment_t *segment) {
   sm_assert(segment->size == segment->map_size); /* a cached segment's purge covers its size */
   uint64_t due = segment->purged == SM_PURGED_DUE ? UINT64_MAX : segment->purge_at;
