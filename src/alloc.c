@@ -265,9 +265,10 @@ bool smi_padding_check(const void *p, size_t block_size, bool claimed, smi_call_
    * block has no block after; a canary half an overflow wrote fits by chance, at odds of the
    * block size in 4 GiB.) A claimed canary half is the freed mark, which tells nothing. */
   uint32_t bound = smi_padding_bound((uint32_t)word, smi_canary_of(p));
+  size_t bound_size = requested_of(p, usable, bound); /* usable: bound is no delta that fits */
   bool underflow = !claimed && bound != smi_padding_delta(word) && smi_ptr_segment(p)->kind != SM_SEGMENT_HUGE &&
-                   requested_of(p, usable, bound) != usable; /* it fits */
-  size_t size = underflow ? requested_of(p, usable, bound) : padding_requested(p, usable), bad = SIZE_MAX;
+                   bound_size != usable;
+  size_t size = underflow ? bound_size : padding_requested(p, usable), bad = SIZE_MAX;
   if (underflow) { /* the record's lowest byte that differs from the one bound to the canary */
     for (bad = canary_at + 4; ((const uint8_t *)&bound)[bad - canary_at - 4] == (uint8_t)(word >> 8 * (bad - canary_at));) bad++;
   } else {

@@ -126,10 +126,7 @@ static bool list_contains(const sm_page_t *page, const sm_block_t *list, const s
 static bool block_link_reads_delayed(const sm_page_t *page, const sm_block_t *block) {
 #if SM_LINK_AT_END
   uintptr_t next = (uintptr_t)smi_link_decode(page, smi_track_peek_word(smi_block_link(page, block)));
-  const sm_segment_t *segment = smi_ptr_segment((const void *)next);
-  if (next == 0 || !smi_segment_is_registered(segment) || segment->kind == SM_SEGMENT_HUGE) return false;
-  const sm_page_t *next_page = smi_segment_page_of(segment, (const void *)next);
-  return next_page->in_use && smi_page_block_start(next_page, next);
+  return next != 0 && smi_is_page_block_start(next);
 #else
   (void)page, (void)block;
   return false;

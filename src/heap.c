@@ -35,15 +35,9 @@ void smi_heap_init(sm_heap_t *heap, sm_tld_t *tld, uintptr_t thread_id) {
 static bool delayed_next(sm_page_t *page, sm_block_t *block, sm_block_t **next) {
   *next = smi_block_next(page, block);
 #if SM_CHECK_FREES
-  if (*next != NULL) {
-    sm_segment_t *segment = smi_ptr_segment(*next);
-    const sm_page_t *next_page = NULL;
-    if (smi_segment_is_registered(segment) && segment->kind != SM_SEGMENT_HUGE)
-      next_page = smi_segment_page_of(segment, *next);
-    if (next_page == NULL || !next_page->in_use || !smi_page_block_start(next_page, (uintptr_t)*next)) {
-      smi_page_list_corrupted(page, block);
-      return false;
-    }
+  if (*next != NULL && !smi_is_page_block_start((uintptr_t)*next)) {
+    smi_page_list_corrupted(page, block);
+    return false;
   }
 #else
   (void)page;

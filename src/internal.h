@@ -535,6 +535,14 @@ static inline bool smi_page_block_start(const sm_page_t *page, uintptr_t p) {
   return p >= start && p < start + smi_page_carved(page) && smi_block_offset(page, (void *)p) == 0;
 #endif
 }
+/* is p the start of a carved block of a small, medium or large page in use, in any segment of
+ * ours? (a link of a list whose blocks may be in any page: a heap's delayed list) */
+static inline bool smi_is_page_block_start(uintptr_t p) {
+  const sm_segment_t *segment = smi_ptr_segment((const void *)p);
+  if (!smi_segment_is_registered(segment) || segment->kind == SM_SEGMENT_HUGE) return false;
+  const sm_page_t *page = smi_segment_page_of(segment, (const void *)p);
+  return page->in_use && smi_page_block_start(page, p);
+}
 /* does block's link word read as a link of its page's lists (the end, or a block of the page)?
  * The block may be live: the word is read without telling the memory checkers. */
 static inline bool smi_block_link_reads_free(const sm_page_t *page, const sm_block_t *block) {
